@@ -1,0 +1,65 @@
+"""Checks shared by the op families: the cache collection, ragged offsets against it, value checks on CPU."""
+
+from __future__ import annotations
+
+import torch
+
+from .._checks import check_row_offsets, values_checkable
+from ..cache import PagedKVCacheCollection
+
+
+def check_collection(kv_collection, layer_idx, *, mla: bool | None = True, writable: bool = False,
+                     name: str = "kv_collection") -> PagedKVCacheCollection:
+    if not isinstance(kv_collection, PagedKVCacheCollection):
+        raise ValueError(f"Invalid type of {name}: expected PagedKVCacheCollection, got {type(kv_collection).__name__}")
+    kv_collection.check_layer(layer_idx)
+    params = kv_collection.params
+    if mla is not None and params.is_mla != mla:
+        want = "an MLA cache (is_mla=True)" if mla else "an MHA cache (is_mla=False)"
+        raise ValueError(f"Invalid {name}: expected {want}, got is_mla={params.is_mla}")
+    if writable and params.is_fp8:
+        raise ValueError(f"Invalid {name}: expected a bfloat16/float16/float32 cache for a cache write, got "
+                         f"float8_e4m3fn (fill FP8 caches with pagedmla.quantize_kv_cache; see docs/layout.md)")
+    return kv_collection
+
+
+def check_offsets_for(kv: PagedKVCacheCollection, input_row_offsets, total_rows: int | None,
+                      name: str = "input_row_offsets") -> int:
+    """Ragged offsets int32 [B+1] matching the collection's batch; on CPU also checks that every sequence's
+    `N_b = L_b + n_b` tokens fit in its lookup-table row and that its used pages are valid block ids."""
+    batch = check_row_offsets(name, input_row_offsets, batch_size=kv.batch_size, total_rows=total_rows,
+                              device=kv.device)
+    if values_checkable(input_row_offsets, kv.cache_lengths, kv.lookup_table) and batch:
+        counts = (input_row_offsets[1:] - input_row_offsets[:-1]).long()
+        totals = kv.cache_lengths.long() + counts
+        capacity = kv.lookup_table.shape[1] * kv.page_size
+        worst = int(totals.argmax())
+        if int(totals[worst]) > capacity:
+            raise ValueError(f"Invalid kv_collection.lookup_table: sequence {worst} needs {int(totals[worst])} "
+                             f"tokens, expected at most {capacity} (lookup_table has {kv.lookup_table.shape[1]} "
+                             f"pages of {kv.page_size})")
+        used = (totals + kv.page_size - 1) // kv.page_size
+        cols = torch.arange(kv.lookup_table.shape[1]).view(1, -1)
+        ids = kv.lookup_table.long()[cols < used.view(-1, 1)]
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= kv.num_blocks):
+            raise ValueError(f"Invalid kv_collection.lookup_table: expected block ids in [0, {kv.num_blocks}) for "
+                             f"used pages, got ids from {int(ids.min())} to {int(ids.max())}")
+    return batch
+
+
+def max_seq_length(kv: PagedKVCacheCollection, input_row_offsets: torch.Tensor) -> int:
+    """max n_b: from the collection when the caller gave it, else read from the offsets (one host sync)."""
+    if kv.max_seq_length is not None:
+        return kv.max_seq_length
+    if input_row_offsets.shape[0] < 2:
+        return 0
+    return int((input_row_offsets[1:] - input_row_offsets[:-1]).max())
+
+
+def max_cache_length(kv: PagedKVCacheCollection, input_row_offsets: torch.Tensor) -> int:
+    """max N_b: from the collection when given, else computed (one host sync)."""
+    if kv.max_cache_length is not None:
+        return kv.max_cache_length
+    if input_row_offsets.shape[0] < 2:
+        return 0
+    return int((kv.cache_lengths.long() + (input_row_offsets[1:] - input_row_offsets[:-1]).long()).max())

@@ -1,0 +1,51 @@
+"""Backend choice. Kernel modules register their host launchers here; ops call `resolve` then `impl`.
+
+`auto` picks Triton for CUDA tensors when the op has a Triton kernel, else the reference (which runs on any
+device). Asking for `triton` where no kernel exists is a NotImplementedError, never a silent fallback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+
+import torch
+
+from .._checks import check_backend
+
+# op name -> "module:function" of its Triton host launcher (imported lazily: importing pagedmla never
+# imports triton).
+TRITON_LAUNCHERS: dict[str, str] = {}
+# op name -> "module:function" of its float32 reference.
+REFERENCE_IMPLS: dict[str, str] = {}
+
+
+def _load(target: str) -> Callable:
+    module, _, fn = target.partition(":")
+    return getattr(importlib.import_module(module), fn)
+
+
+def interpreter_enabled() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def resolve(op_name: str, backend: str, device: torch.device) -> str:
+    """The backend that will run `op_name` for tensors on `device`."""
+    check_backend(backend)
+    if backend == "reference":
+        return "reference"
+    has_kernel = op_name in TRITON_LAUNCHERS
+    if backend == "triton":
+        if not has_kernel:
+            raise NotImplementedError(f"pagedmla.{op_name} has no Triton kernel yet; use backend='reference'")
+        if device.type != "cuda" and not interpreter_enabled():
+            raise ValueError(f"Invalid backend for {op_name}: expected CUDA tensors for backend='triton' "
+                             f"(or TRITON_INTERPRET=1 to run the interpreter on CPU), got tensors on {device}")
+        return "triton"
+    return "triton" if device.type == "cuda" and has_kernel else "reference"
+
+
+def impl(op_name: str, backend: str) -> Callable:
+    table = TRITON_LAUNCHERS if backend == "triton" else REFERENCE_IMPLS
+    return _load(table[op_name])

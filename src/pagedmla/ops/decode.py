@@ -1,0 +1,238 @@
+"""MLA decode: the per-step plan and the decode op (dense with masks, multi-token, sparse, sinks, FP8, split-KV)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .._checks import FLOAT_DTYPES, FP8_DTYPES, check_float, check_int, check_tensor, values_checkable
+from ..cache import PagedKVCacheCollection
+from ..masks import MASK_CODES, mask_code
+from . import _dispatch
+from ._common import check_collection, check_offsets_for, max_cache_length, max_seq_length
+
+_dispatch.REFERENCE_IMPLS["mla_decode_kv_cache_ragged"] = "pagedmla.reference.decode:mla_decode_kv_cache_ragged"
+_dispatch.REFERENCE_IMPLS["mla_decode_plan"] = "pagedmla.ops.decode:_reference_plan"
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """Dispatch metadata of one decode step, built once by `mla_decode_plan` and reused by every layer.
+
+    Attributes:
+        scalar_args: int32 `[4]` on the device: batch size, max query tokens per sequence, KV partitions,
+            max keys per sequence (MAX's `scalar_args_buf`).
+        batch_size, max_seq_length, num_partitions: the same values on the host (they size launch grids).
+        schedule: int32 work list of the split-KV scheduler on the device (empty for the reference backend).
+        backend: the backend the plan was built for.
+    """
+
+    scalar_args: Tensor
+    batch_size: int
+    max_seq_length: int
+    num_partitions: int
+    schedule: Tensor
+    backend: str
+
+
+def _reference_plan(input_row_offsets: Tensor, kv: PagedKVCacheCollection, num_heads: int,
+                    num_partitions: int | None, max_q: int, max_keys: int) -> DecodePlan:
+    parts = 1 if num_partitions is None else num_partitions
+    args = torch.tensor([kv.batch_size, max_q, parts, max_keys], dtype=torch.int32, device=kv.device)
+    return DecodePlan(args, kv.batch_size, max_q, parts, torch.empty(0, dtype=torch.int32, device=kv.device),
+                      "reference")
+
+
+def mla_decode_plan(input_row_offsets: Tensor, kv_collection, *, num_heads: int, num_partitions: int | None = None,
+                    backend: str = "auto") -> DecodePlan:
+    """Build the decode plan of one step (once per step; every layer reuses it).
+
+    Reads `max n_b` and `max N_b` from the collection when the caller gave them (the manager does), else
+    from the offsets (one host sync, here and not per layer).
+
+    Args:
+        input_row_offsets: int32 `[B+1]` query rows per sequence.
+        kv_collection: the step's MLA cache collection.
+        num_heads: query heads (the scheduler sizes tiles by it).
+        num_partitions: force this many KV partitions per sequence (None: the backend decides).
+    """
+    kv = check_collection(kv_collection, 0, mla=True)
+    check_int("num_heads", num_heads, min_value=1)
+    if num_partitions is not None:
+        check_int("num_partitions", num_partitions, min_value=1)
+    check_offsets_for(kv, input_row_offsets, None)
+    chosen = _dispatch.resolve("mla_decode_plan", backend, kv.device)
+    max_q, max_keys = max_seq_length(kv, input_row_offsets), max_cache_length(kv, input_row_offsets)
+    return _dispatch.impl("mla_decode_plan", chosen)(input_row_offsets, kv, num_heads, num_partitions, max_q,
+                                                     max_keys)
+
+
+@torch.library.custom_op("pagedmla::mla_decode_kv_cache_ragged", mutates_args=("out", "lse"))
+def _decode_op(q: Tensor, input_row_offsets: Tensor, blocks: Tensor, cache_lengths: Tensor, lookup_table: Tensor,
+               scales: Tensor | None, plan_args: Tensor, plan_schedule: Tensor, out: Tensor, lse: Tensor,
+               q_scale: Tensor | None, indices: Tensor | None, topk_lengths: Tensor | None,
+               attn_sink: Tensor | None, extra_blocks: Tensor | None, extra_scales: Tensor | None,
+               extra_indices: Tensor | None, extra_topk_lengths: Tensor | None, layer_idx: int, scale: float,
+               mask_code: int, window: int, num_partitions: int, max_seq_length: int, rope_aware: bool,
+               qk_rope_head_dim: int, fold_shared_index: bool, backend: str) -> None:
+    fn = _dispatch.impl("mla_decode_kv_cache_ragged", backend)
+    common = dict(q_scale=q_scale, rope_aware=rope_aware, qk_rope_head_dim=qk_rope_head_dim, indices=indices,
+                  topk_lengths=topk_lengths, attn_sink=attn_sink, extra_blocks=extra_blocks,
+                  extra_scales=extra_scales, extra_indices=extra_indices, extra_topk_lengths=extra_topk_lengths)
+    if backend == "triton":
+        fn(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code, window,
+           num_partitions, out, lse, plan_args=plan_args, plan_schedule=plan_schedule,
+           max_seq_length=max_seq_length, fold_shared_index=fold_shared_index, **common)
+    else:
+        fn(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code, window,
+           num_partitions, out, lse, **common)
+
+
+_decode_op.register_fake(lambda *args, **kwargs: None)
+
+
+def _check_sparse(name: str, idx, lengths, lengths_name: str, num_rows: int, batch: int, device):
+    check_tensor(name, idx, shape=(num_rows, None), dtype=torch.int32, device=device)
+    if lengths is None:
+        raise ValueError(f"Invalid {lengths_name}: expected int32 [{batch}] with {name}, got None")
+    check_tensor(lengths_name, lengths, shape=(batch,), dtype=torch.int32, device=device)
+    if values_checkable(idx, lengths) and batch:
+        if int(lengths.min()) < 0 or int(lengths.max()) > idx.shape[1]:
+            raise ValueError(f"Invalid {lengths_name}: expected values in [0, {idx.shape[1]}] (columns of {name}), "
+                             f"got [{int(lengths.min())}, {int(lengths.max())}]")
+
+
+def _check_fold(indices, input_row_offsets):
+    """fold_shared_index promises identical index rows within a sequence; verify where it is cheap."""
+    if not values_checkable(indices, input_row_offsets):
+        return
+    offs = input_row_offsets.tolist()
+    for b in range(len(offs) - 1):
+        rows = indices[offs[b]: offs[b + 1]]
+        if rows.shape[0] > 1 and not bool((rows == rows[:1]).all()):
+            raise ValueError(f"Invalid fold_shared_index=True: expected every query token of a sequence to share "
+                             f"one index row, got different rows in sequence {b}")
+
+
+def _decode_dims(q, kv, rope_aware: bool, qk_rope_head_dim: int, q_scale) -> int:
+    """Validate q against the cache layout; return kv_lora_rank."""
+    head_size = kv.params.head_size
+    check_int("qk_rope_head_dim", qk_rope_head_dim, min_value=1, max_value=head_size - 1)
+    check_tensor("q", q, ndim=3, dtype=FLOAT_DTYPES + FP8_DTYPES, device=kv.device, contiguous_last_dim=True)
+    if rope_aware:
+        if not kv.params.is_fp8 or kv.params.scales_per_row != 1:
+            raise ValueError("Invalid per_token_scale_rope_aware=True: expected an FP8 cache with one scale per "
+                             f"row (quantization_granularity == head_size), got dtype {kv.params.dtype} and "
+                             f"granularity {kv.params.quantization_granularity}")
+        rank = head_size - 2 * qk_rope_head_dim
+        if rank <= 0:
+            raise ValueError(f"Invalid qk_rope_head_dim: expected 2 * qk_rope_head_dim < head_size {head_size} for "
+                             f"the rope-aware row, got {qk_rope_head_dim}")
+        want = head_size if q.dtype in FP8_DTYPES else rank + qk_rope_head_dim
+    else:
+        rank = head_size - qk_rope_head_dim
+        want = head_size
+    if q.shape[-1] != want:
+        raise ValueError(f"Invalid shape of q: expected last dimension {want}, got {tuple(q.shape)}")
+    if q.dtype in FP8_DTYPES:
+        if q_scale is None:
+            raise ValueError("Invalid q_scale: expected float32 [T] for an FP8 q, got None")
+        check_tensor("q_scale", q_scale, shape=(q.shape[0],), dtype=torch.float32, device=kv.device)
+    elif q_scale is not None:
+        raise ValueError(f"Invalid q_scale: expected None for a {q.dtype} q (q_scale dequantizes FP8 q), got a tensor")
+    return rank
+
+
+def mla_decode_kv_cache_ragged(q: Tensor, input_row_offsets: Tensor, kv_collection, layer_idx: int, scale: float, *,
+                               mask: str = "causal", local_window_size: int = -1, output: Tensor | None = None,
+                               plan: DecodePlan | None = None, num_partitions: int | None = None,
+                               return_lse: bool = False, q_scale: Tensor | None = None,
+                               per_token_scale_rope_aware: bool = False, indices: Tensor | None = None,
+                               topk_lengths: Tensor | None = None, attn_sink: Tensor | None = None,
+                               extra_k: PagedKVCacheCollection | None = None, extra_indices: Tensor | None = None,
+                               extra_topk_lengths: Tensor | None = None, fold_shared_index: bool = False,
+                               qk_rope_head_dim: int = 64, backend: str = "auto"):
+    """Absorbed MLA decode over the paged latent cache.
+
+    `out[g, h] = sum_j softmax_j(scale * q[g, h] . K_j) V_j`, `V_j = K_j[:kv_lora_rank]`; keys are the cache rows
+    `[0, N_b)` of g's sequence under the mask at `L_b + s` (dense), or the physical rows of `indices` (sparse).
+
+    Args:
+        q: `[T, H, 576]` bf16/fp16/fp32, or FP8 with `q_scale` float32 `[T]` (the rope-aware row: `[T, H, 640]`).
+        input_row_offsets: int32 `[B+1]` query tokens per sequence (any n_b >= 0: MTP / verification).
+        kv_collection: the MLA cache; layer_idx: its layer; scale: softmax scale.
+        mask, local_window_size: see docs/layout.md (sparse decode needs mask="null").
+        output: optional `[T, H, kv_lora_rank]` (bf16 for FP8 q, else q's dtype).
+        plan: from `mla_decode_plan` (built here when None); num_partitions overrides its KV split.
+        return_lse: also return the float32 LSE `[T, H]` (sink excluded; -inf for rows with no visible key).
+        indices / topk_lengths: int32 `[T, topk]` physical rows (`block * page_size + slot`, -1 skips) and `[B]`.
+        attn_sink: float32 `[H]` natural-log logits added once to each softmax denominator.
+        extra_k / extra_indices / extra_topk_lengths: a second cache whose rows join the same softmax.
+        fold_shared_index: promise that all query tokens of a sequence share one index row (speed hint).
+        qk_rope_head_dim: rope columns at the end of a row (64).
+    Returns:
+        output, or (output, lse) with return_lse.
+    """
+    kv = check_collection(kv_collection, layer_idx, mla=True)
+    for flag, value in (("return_lse", return_lse), ("per_token_scale_rope_aware", per_token_scale_rope_aware),
+                        ("fold_shared_index", fold_shared_index)):
+        if not isinstance(value, bool):
+            raise ValueError(f"Invalid {flag}: expected a bool, got {type(value).__name__}")
+    rank = _decode_dims(q, kv, per_token_scale_rope_aware, qk_rope_head_dim, q_scale)
+    num_rows, num_heads = q.shape[0], q.shape[1]
+    code, window = mask_code(mask, local_window_size)
+    scale = check_float("scale", scale)
+    batch = check_offsets_for(kv, input_row_offsets, num_rows)
+    if indices is not None:
+        if code != MASK_CODES["null"]:
+            raise ValueError(f"Invalid mask: expected 'null' for sparse decode (indices given), got {mask!r}")
+        _check_sparse("indices", indices, topk_lengths, "topk_lengths", num_rows, batch, kv.device)
+        if fold_shared_index:
+            _check_fold(indices, input_row_offsets)
+    elif topk_lengths is not None or extra_k is not None or fold_shared_index:
+        raise ValueError("Invalid indices: expected int32 [T, topk] with topk_lengths, extra_k or "
+                         "fold_shared_index, got None")
+    extra_blocks = extra_scales = None
+    if extra_k is not None:
+        ek = check_collection(extra_k, layer_idx, mla=True, name="extra_k")
+        if ek.params.head_size != kv.params.head_size or ek.params.dtype != kv.params.dtype:
+            raise ValueError(f"Invalid extra_k: expected head_size {kv.params.head_size} and dtype "
+                             f"{kv.params.dtype}, got {ek.params.head_size} and {ek.params.dtype}")
+        if ek.device != kv.device:
+            raise ValueError(f"Invalid device of extra_k: expected {kv.device}, got {ek.device}")
+        if extra_indices is None:
+            raise ValueError("Invalid extra_indices: expected int32 [T, extra_topk] with extra_k, got None")
+        _check_sparse("extra_indices", extra_indices, extra_topk_lengths, "extra_topk_lengths", num_rows, batch,
+                      kv.device)
+        extra_blocks, extra_scales = ek.blocks, ek.scales
+    elif extra_indices is not None or extra_topk_lengths is not None:
+        raise ValueError("Invalid extra_k: expected a PagedKVCacheCollection with extra_indices, got None")
+    if attn_sink is not None:
+        check_tensor("attn_sink", attn_sink, shape=(num_heads,), dtype=torch.float32, device=kv.device)
+    out_dtype = torch.bfloat16 if q.dtype in FP8_DTYPES else q.dtype
+    out_shape = (num_rows, num_heads, rank)
+    if output is None:
+        output = torch.empty(out_shape, dtype=out_dtype, device=q.device)
+    else:
+        check_tensor("output", output, shape=out_shape, dtype=out_dtype, device=kv.device, contiguous_last_dim=True)
+    chosen = _dispatch.resolve("mla_decode_kv_cache_ragged", backend, kv.device)
+    if plan is None:
+        plan = mla_decode_plan(input_row_offsets, kv, num_heads=num_heads, num_partitions=num_partitions,
+                               backend=chosen)
+    elif not isinstance(plan, DecodePlan):
+        raise ValueError(f"Invalid type of plan: expected DecodePlan (from mla_decode_plan), got {type(plan).__name__}")
+    elif plan.batch_size != batch:
+        raise ValueError(f"Invalid plan: expected a plan for batch size {batch}, got one for {plan.batch_size}")
+    elif plan.backend != chosen:
+        raise ValueError(f"Invalid plan: expected a plan built for backend {chosen!r}, got {plan.backend!r}")
+    parts = plan.num_partitions if num_partitions is None else check_int("num_partitions", num_partitions,
+                                                                        min_value=1)
+    lse = torch.empty((num_rows, num_heads), dtype=torch.float32, device=q.device)
+    torch.ops.pagedmla.mla_decode_kv_cache_ragged(
+        q, input_row_offsets, kv.blocks, kv.cache_lengths, kv.lookup_table, kv.scales, plan.scalar_args,
+        plan.schedule, output, lse, q_scale, indices, topk_lengths, attn_sink, extra_blocks, extra_scales,
+        extra_indices, extra_topk_lengths, layer_idx, scale, code, window, parts, plan.max_seq_length,
+        per_token_scale_rope_aware, qk_rope_head_dim, fold_shared_index, chosen)
+    return (output, lse) if return_lse else output
