@@ -17,6 +17,10 @@ from .._checks import check_backend
 # op name -> "module:function" of its Triton host launcher (imported lazily: importing pagedmla never
 # imports triton).
 TRITON_LAUNCHERS: dict[str, str] = {}
+# op name -> the optional features its Triton launcher handles (e.g. "sparse", "fp8_cache" for decode).
+# A call that needs a feature outside this set runs the reference under "auto" and is a NotImplementedError
+# under "triton". Ops without an entry need no features.
+TRITON_FEATURES: dict[str, frozenset[str]] = {}
 # op name -> "module:function" of its float32 reference.
 REFERENCE_IMPLS: dict[str, str] = {}
 
@@ -30,15 +34,19 @@ def interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def resolve(op_name: str, backend: str, device: torch.device) -> str:
-    """The backend that will run `op_name` for tensors on `device`."""
+def resolve(op_name: str, backend: str, device: torch.device, features: frozenset[str] = frozenset()) -> str:
+    """The backend that will run `op_name` (with the optional `features` a call needs) on `device`."""
     check_backend(backend)
     if backend == "reference":
         return "reference"
-    has_kernel = op_name in TRITON_LAUNCHERS
+    missing = sorted(features - TRITON_FEATURES.get(op_name, frozenset()))
+    has_kernel = op_name in TRITON_LAUNCHERS and not missing
     if backend == "triton":
-        if not has_kernel:
+        if op_name not in TRITON_LAUNCHERS:
             raise NotImplementedError(f"pagedmla.{op_name} has no Triton kernel yet; use backend='reference'")
+        if missing:
+            raise NotImplementedError(f"pagedmla.{op_name}: the Triton kernel does not support {missing} yet; "
+                                      f"use backend='reference'")
         if device.type != "cuda" and not interpreter_enabled():
             raise ValueError(f"Invalid backend for {op_name}: expected CUDA tensors for backend='triton' "
                              f"(or TRITON_INTERPRET=1 to run the interpreter on CPU), got tensors on {device}")

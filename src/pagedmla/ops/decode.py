@@ -217,7 +217,11 @@ def mla_decode_kv_cache_ragged(q: Tensor, input_row_offsets: Tensor, kv_collecti
         output = torch.empty(out_shape, dtype=out_dtype, device=q.device)
     else:
         check_tensor("output", output, shape=out_shape, dtype=out_dtype, device=kv.device, contiguous_last_dim=True)
-    chosen = _dispatch.resolve("mla_decode_kv_cache_ragged", backend, kv.device)
+    features = {name for name, used in (
+        ("sparse", indices is not None), ("extra_k", extra_k is not None), ("sink", attn_sink is not None),
+        ("fp8_cache", kv.params.is_fp8), ("fp8_q", q.dtype in FP8_DTYPES), ("rope_aware", per_token_scale_rope_aware),
+        ("fp32", q.dtype == torch.float32), ("fold_shared_index", fold_shared_index)) if used}
+    chosen = _dispatch.resolve("mla_decode_kv_cache_ragged", backend, kv.device, frozenset(features))
     if plan is None:
         plan = mla_decode_plan(input_row_offsets, kv, num_heads=num_heads, num_partitions=num_partitions,
                                backend=chosen)
