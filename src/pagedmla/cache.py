@@ -36,7 +36,8 @@ class KVCacheParams:
         page_size: tokens per page (any value >= 1).
         num_layers: layers stored in one block.
         dtype: element type of `blocks` (bf16, fp16, fp32 or float8_e4m3fn).
-        quantization_granularity: FP8 only: elements per float32 scale (head_size for one scale per token row).
+        quantization_granularity: FP8 only: elements per float32 scale G; element d uses scale `d // G`
+            (head_size for one scale per token row; a G that does not divide head_size leaves a short last group).
     """
 
     num_heads: int
@@ -60,10 +61,7 @@ class KVCacheParams:
             raise ValueError(f"Invalid dtype: expected bfloat16, float16, float32 or float8_e4m3fn, got {self.dtype}")
         g = self.quantization_granularity
         if self.is_fp8:
-            check_int("quantization_granularity", g, min_value=1)
-            if self.head_size % g:
-                raise ValueError(
-                    f"Invalid quantization_granularity: expected a divisor of head_size {self.head_size}, got {g}")
+            check_int("quantization_granularity", g, min_value=1, max_value=self.head_size)
         elif g is not None:
             raise ValueError(f"Invalid quantization_granularity: expected None for a {self.dtype} cache, got {g}")
 
@@ -77,7 +75,8 @@ class KVCacheParams:
 
     @property
     def scales_per_row(self) -> int:
-        return self.head_size // self.quantization_granularity if self.is_fp8 else 0
+        """ceil(head_size / G): 576 with G = 128 has 5 groups, the last one holding the 64 rope values."""
+        return -(-self.head_size // self.quantization_granularity) if self.is_fp8 else 0
 
     def block_shape(self, num_blocks: int) -> tuple[int, ...]:
         return (num_blocks, self.kv_dim, self.num_layers, self.page_size, self.num_heads, self.head_size)

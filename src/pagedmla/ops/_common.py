@@ -51,6 +51,9 @@ def max_seq_length(kv: PagedKVCacheCollection, input_row_offsets: torch.Tensor) 
     """max n_b: from the collection when the caller gave it, else read from the offsets (one host sync)."""
     if kv.max_seq_length is not None:
         return kv.max_seq_length
+    if torch.compiler.is_compiling():
+        # No sync while tracing: a static upper bound only oversizes the grid.
+        return kv.lookup_table.shape[1] * kv.page_size
     if input_row_offsets.shape[0] < 2:
         return 0
     return int((input_row_offsets[1:] - input_row_offsets[:-1]).max())
@@ -60,6 +63,8 @@ def max_cache_length(kv: PagedKVCacheCollection, input_row_offsets: torch.Tensor
     """max N_b: from the collection when given, else computed (one host sync)."""
     if kv.max_cache_length is not None:
         return kv.max_cache_length
+    if torch.compiler.is_compiling():
+        return kv.lookup_table.shape[1] * kv.page_size
     if input_row_offsets.shape[0] < 2:
         return 0
     return int((kv.cache_lengths.long() + (input_row_offsets[1:] - input_row_offsets[:-1]).long()).max())

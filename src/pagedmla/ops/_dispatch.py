@@ -25,9 +25,16 @@ TRITON_FEATURES: dict[str, frozenset[str]] = {}
 REFERENCE_IMPLS: dict[str, str] = {}
 
 
+_LOADED: dict[str, Callable] = {}
+
+
 def _load(target: str) -> Callable:
-    module, _, fn = target.partition(":")
-    return getattr(importlib.import_module(module), fn)
+    # Cached, so code traced by torch.compile after the first call sees a plain dict lookup.
+    fn = _LOADED.get(target)
+    if fn is None:
+        module, _, name = target.partition(":")
+        fn = _LOADED[target] = getattr(importlib.import_module(module), name)
+    return fn
 
 
 def interpreter_enabled() -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._checks import FLOAT_DTYPES, check_float, check_int, check_tensor
+from .._checks import FLOAT_DTYPES, check_float, check_int, check_tensor, values_checkable
 from . import _dispatch
 from ._common import check_collection, check_offsets_for, max_seq_length
 
@@ -136,7 +136,7 @@ def fused_qk_rope_ragged(q_rope: Tensor, input_row_offsets: Tensor, kv_collectio
     if not isinstance(interleaved, bool):
         raise ValueError(f"Invalid interleaved: expected a bool, got {type(interleaved).__name__}")
     check_offsets_for(kv, input_row_offsets, q_rope.shape[0])
-    if kv.device.type == "cpu" and q_rope.shape[0]:
+    if values_checkable(input_row_offsets, kv.cache_lengths) and q_rope.shape[0]:
         counts = (input_row_offsets[1:] - input_row_offsets[:-1]).long()
         last = int((kv.cache_lengths.long() + counts - 1)[counts > 0].max())
         if last >= freqs_cis.shape[0]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._checks import FLOAT_DTYPES, check_float, check_int, check_row_offsets, check_tensor
+from .._checks import FLOAT_DTYPES, check_float, check_int, check_row_offsets, check_tensor, values_checkable
 from ..masks import mask_code
 from ..reference.attention import merge_states
 from . import _dispatch
@@ -159,7 +159,7 @@ def mla_prefill_kv_cache_ragged(q: Tensor, k: Tensor, v: Tensor, buffer_row_offs
     check_row_offsets("buffer_row_offsets", buffer_row_offsets, batch_size=kv.batch_size, total_rows=None,
                       device=kv.device)
     check_tensor("cache_offsets", cache_offsets, shape=(kv.batch_size,), dtype=torch.int32, device=kv.device)
-    if kv.device.type == "cpu" and kv.batch_size and int(buffer_row_offsets[-1]) > k.shape[0]:
+    if values_checkable(buffer_row_offsets) and kv.batch_size and int(buffer_row_offsets[-1]) > k.shape[0]:
         raise ValueError(f"Invalid buffer_row_offsets: expected buffer_row_offsets[-1] <= {k.shape[0]} (rows of "
                          f"k), got {int(buffer_row_offsets[-1])}")
     out_shape = (q.shape[0], q.shape[1], v.shape[-1])

@@ -29,8 +29,8 @@ def dequantize_rows(rows: torch.Tensor, row_scales: torch.Tensor | None, *, rope
         latent = rows[..., : rows.shape[-1] - rope_bytes].float() * row_scales[..., :1]
         rope = rows[..., rows.shape[-1] - rope_bytes:].contiguous().view(torch.bfloat16).float()
         return torch.cat([latent, rope], dim=-1)
-    group = rows.shape[-1] // row_scales.shape[-1]
-    return rows.float() * row_scales.repeat_interleave(group, dim=-1)
+    group = -(-rows.shape[-1] // row_scales.shape[-1])
+    return rows.float() * row_scales.repeat_interleave(group, dim=-1)[..., : rows.shape[-1]]
 
 
 def quantize_rows(x: torch.Tensor, granularity: int, *, rope_aware: bool = False,
@@ -47,9 +47,12 @@ def quantize_rows(x: torch.Tensor, granularity: int, *, rope_aware: bool = False
         q_lat = (latent / scale).to(torch.float8_e4m3fn)
         q_rope = rope.to(torch.bfloat16).contiguous().view(torch.float8_e4m3fn)
         return torch.cat([q_lat, q_rope], dim=-1), scale
-    groups = x.unflatten(-1, (x.shape[-1] // granularity, granularity))
+    width = x.shape[-1]
+    num_groups = -(-width // granularity)
+    padded = torch.nn.functional.pad(x, (0, num_groups * granularity - width))
+    groups = padded.unflatten(-1, (num_groups, granularity))
     scale = (groups.abs().amax(dim=-1) / FP8_MAX).clamp_min(1e-12)
-    q = (groups / scale.unsqueeze(-1)).to(torch.float8_e4m3fn).flatten(-2)
+    q = (groups / scale.unsqueeze(-1)).to(torch.float8_e4m3fn).flatten(-2)[..., :width]
     return q, scale
 
 

@@ -1,0 +1,111 @@
+"""KVCacheParams, PagedKVCacheCollection views and the PagedKVCacheManager's page bookkeeping."""
+
+import pytest
+import torch
+
+import pagedmla as pm
+
+
+def mla_params(page_size=4, dtype=torch.float32):
+    return pm.KVCacheParams(num_heads=1, head_size=80, is_mla=True, page_size=page_size, num_layers=2, dtype=dtype)
+
+
+def test_views_are_strided_views_of_blocks():
+    p = pm.KVCacheParams(num_heads=2, head_size=8, is_mla=False, page_size=4, num_layers=3)
+    blocks = torch.randn(p.block_shape(5)).to(p.dtype)
+    kv = pm.PagedKVCacheCollection(blocks, torch.zeros(1, dtype=torch.int32), torch.zeros(1, 2, dtype=torch.int32), p)
+    k, v = kv.key_cache(2), kv.value_cache(2)
+    assert k.shape == (5, 4, 2, 8) and v.shape == (5, 4, 2, 8)
+    assert k.data_ptr() == blocks[:, 0, 2].data_ptr() and v.data_ptr() == blocks[:, 1, 2].data_ptr()
+    k[1, 2, 1, 3] = 7.0
+    assert blocks[1, 0, 2, 2, 1, 3] == 7.0
+
+
+def test_fp8_params_and_scales_shape():
+    p = pm.KVCacheParams(1, 576, True, 64, 2, torch.float8_e4m3fn, quantization_granularity=64)
+    assert p.scales_shape(3) == (3, 1, 2, 64, 1, 9)
+    # 576 = 4 * 128 + 64: a fifth, short group holds the rope values
+    assert pm.KVCacheParams(1, 576, True, 64, 2, torch.float8_e4m3fn, quantization_granularity=128).scales_per_row == 5
+
+
+def test_manager_step_commit_release_roundtrip():
+    m = pm.PagedKVCacheManager(mla_params(), num_blocks=10)
+    m.claim("a")
+    m.claim("b")
+    kv = m.step(["a", "b"], [5, 2])
+    assert kv.lookup_table.shape == (2, 2)
+    assert kv.cache_lengths.tolist() == [0, 0]
+    assert (kv.max_seq_length, kv.max_cache_length) == (5, 5)
+    m.commit(["a", "b"], [5, 2])
+    assert m.length("a") == 5 and m.length("b") == 2 and m.num_free_blocks == 7
+    kv = m.step(["b"], [3])
+    assert kv.cache_lengths.tolist() == [2] and len(m.pages("b")) == 2
+    m.commit(["b"], [3])
+    pages_a = m.pages("a")
+    m.release("a")
+    assert m.num_free_blocks == 10 - 2
+    m.claim("c")
+    m.step(["c"], [8])
+    assert sorted(m.pages("c")) == sorted(pages_a)
+
+
+def test_prefix_sharing_maps_full_pages_only_and_refcounts():
+    m = pm.PagedKVCacheManager(mla_params(page_size=4), num_blocks=8)
+    m.claim("a")
+    m.step(["a"], [10])
+    m.commit(["a"], [10])
+    shared = m.claim("b", share_prefix_from="a", num_shared_tokens=9)
+    assert shared == 8
+    assert m.pages("b") == m.pages("a")[:2]
+    kv = m.step(["a", "b"], [1, 3])
+    table = kv.lookup_table.tolist()
+    assert table[0][:2] == table[1][:2]
+    # b's new tokens (positions 8..10) land in a page a does not own
+    assert m.pages("b")[2] not in m.pages("a")
+    m.commit(["a", "b"], [1, 3])
+    free_before = m.num_free_blocks
+    m.release("a")
+    # a's third page is freed, the two shared ones are still held by b
+    assert m.num_free_blocks == free_before + 1
+    m.release("b")
+    assert m.num_free_blocks == 8
+
+
+def test_pool_exhaustion_leaves_state_unchanged():
+    m = pm.PagedKVCacheManager(mla_params(page_size=4), num_blocks=3)
+    m.claim("a")
+    m.claim("b")
+    m.step(["a"], [4])
+    m.commit(["a"], [4])
+    before = (m.num_free_blocks, m.pages("a"), m.pages("b"), m.length("a"))
+    with pytest.raises(pm.OutOfPagesError, match="needs 3 new pages"):
+        m.step(["a", "b"], [4, 8])
+    assert (m.num_free_blocks, m.pages("a"), m.pages("b"), m.length("a")) == before
+
+
+def test_manager_collection_feeds_the_ops():
+    m = pm.PagedKVCacheManager(mla_params(page_size=3), num_blocks=6)
+    m.claim(0)
+    kv = m.step([0], [7])
+    x = torch.randn(7, 16)
+    w = torch.randn(80, 16)
+    pm.k_matmul_ragged_paged(x, pm.row_offsets([7]), w, kv, 1)
+    pages = m.pages(0)
+    rows = torch.stack([m.blocks[pages[p // 3], 0, 1, p % 3, 0] for p in range(7)])
+    torch.testing.assert_close(rows, x @ w.T)
+
+
+def test_quantize_kv_cache_roundtrip_error_is_fp8_sized():
+    from pagedmla.reference import dequantize_rows
+
+    p = mla_params()
+    blocks = torch.randn(p.block_shape(3))
+    kv = pm.PagedKVCacheCollection(blocks, torch.zeros(1, dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int32), p)
+    q8 = pm.quantize_kv_cache(kv, 16)
+    back = dequantize_rows(q8.blocks, q8.scales)
+    rel = ((back - blocks).abs() / blocks.abs().amax(-1, keepdim=True)).max()
+    assert 0 < rel < 0.07
+    ra = pm.quantize_kv_cache(kv, rope_aware=True, qk_rope_head_dim=16)
+    assert ra.params.head_size == 96 and ra.scales.shape[-1] == 1
+    back = dequantize_rows(ra.blocks, ra.scales, rope_aware=True, qk_rope_head_dim=16)
+    torch.testing.assert_close(back[..., 64:], blocks[..., 64:].to(torch.bfloat16).float())
