@@ -109,3 +109,27 @@ def test_quantize_kv_cache_roundtrip_error_is_fp8_sized():
     assert ra.params.head_size == 96 and ra.scales.shape[-1] == 1
     back = dequantize_rows(ra.blocks, ra.scales, rope_aware=True, qk_rope_head_dim=16)
     torch.testing.assert_close(back[..., 64:], blocks[..., 64:].to(torch.bfloat16).float())
+
+
+def test_fixed_width_lookup_table_for_graph_replay():
+    m = pm.PagedKVCacheManager(mla_params(page_size=4), num_blocks=10, max_pages_per_request=3)
+    m.claim("a")
+    assert m.step(["a"], [1]).lookup_table.shape == (1, 3)
+    m.commit(["a"], [1])
+    assert m.step(["a"], [5]).lookup_table.shape == (1, 3)
+    m.commit(["a"], [5])
+    with pytest.raises(ValueError, match="max_pages_per_request=3"):
+        m.step(["a"], [7])
+    assert len(m.pages("a")) == 2
+
+
+def test_rope_aware_cache_is_rejected_by_prefill():
+    p = mla_params()
+    kv = pm.PagedKVCacheCollection(torch.randn(p.block_shape(2)), torch.zeros(1, dtype=torch.int32),
+                                   torch.zeros(1, 1, dtype=torch.int32), p)
+    ra = pm.quantize_kv_cache(kv, rope_aware=True, qk_rope_head_dim=16)
+    assert ra.params.per_token_scale_rope_aware
+    q, k = torch.randn(1, 2, 24), torch.randn(1, 2, 8)
+    with pytest.raises(ValueError, match="rope-aware"):
+        pm.mla_prefill_kv_cache_ragged(q, k, k, pm.row_offsets([1]), torch.zeros(1, dtype=torch.int32),
+                                       pm.row_offsets([1]), ra, 0, 0.1)

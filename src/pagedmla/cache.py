@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from ._checks import FLOAT_DTYPES, FP8_DTYPES, check_int, check_tensor, values_checkable
+from .reference.paged import quantize_rows
 
 __all__ = [
     "KVCacheParams",
@@ -38,6 +39,8 @@ class KVCacheParams:
         dtype: element type of `blocks` (bf16, fp16, fp32 or float8_e4m3fn).
         quantization_granularity: FP8 only: elements per float32 scale G; element d uses scale `d // G`
             (head_size for one scale per token row; a G that does not divide head_size leaves a short last group).
+        per_token_scale_rope_aware: FP8 only: rows are the rope-aware layout (e4m3 latent bytes scaled by the
+            row's one scale, then the rope values as bf16 bytes); see docs/layout.md.
     """
 
     num_heads: int
@@ -47,6 +50,7 @@ class KVCacheParams:
     num_layers: int
     dtype: torch.dtype = torch.bfloat16
     quantization_granularity: int | None = None
+    per_token_scale_rope_aware: bool = False
 
     def __post_init__(self):
         check_int("num_heads", self.num_heads, min_value=1)
@@ -64,6 +68,10 @@ class KVCacheParams:
             check_int("quantization_granularity", g, min_value=1, max_value=self.head_size)
         elif g is not None:
             raise ValueError(f"Invalid quantization_granularity: expected None for a {self.dtype} cache, got {g}")
+        if self.per_token_scale_rope_aware and not (self.is_fp8 and g == self.head_size):
+            raise ValueError("Invalid per_token_scale_rope_aware: expected an FP8 cache with one scale per row "
+                             f"(quantization_granularity == head_size {self.head_size}), got dtype {self.dtype} and "
+                             f"granularity {g}")
 
     @property
     def kv_dim(self) -> int:
@@ -211,8 +219,13 @@ class PagedKVCacheManager:
     6
     """
 
-    def __init__(self, params: KVCacheParams, num_blocks: int, *, device=None):
+    def __init__(self, params: KVCacheParams, num_blocks: int, *, device=None,
+                 max_pages_per_request: int | None = None):
         check_int("num_blocks", num_blocks, min_value=1)
+        if max_pages_per_request is not None:
+            check_int("max_pages_per_request", max_pages_per_request, min_value=1)
+        # A fixed lookup-table width keeps step tensors the same shape, as a replayed CUDA graph needs.
+        self.max_pages_per_request = max_pages_per_request
         self.params = params
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.blocks = torch.zeros(params.block_shape(num_blocks), dtype=params.dtype, device=self.device)
@@ -277,6 +290,12 @@ class PagedKVCacheManager:
         for rid in request_ids:
             self._known(rid)
         need = [self._pages_needed(r, check_int("num_new_tokens", n, min_value=0)) for r, n in zip(request_ids, counts)]
+        cap = self.max_pages_per_request
+        for rid, n, k in zip(request_ids, counts, need):
+            if cap is not None and len(self._pages[rid]) + k > cap:
+                raise ValueError(f"Invalid num_new_tokens for {rid!r}: expected at most "
+                                 f"{cap * self.params.page_size - self._lengths[rid]} more tokens "
+                                 f"(max_pages_per_request={cap}), got {n}")
         if sum(need) > len(self._free):
             raise OutOfPagesError(f"Out of cache pages: the step needs {sum(need)} new pages of "
                                   f"{self.params.page_size} tokens, {len(self._free)} are free")
@@ -295,7 +314,7 @@ class PagedKVCacheManager:
             raise ValueError(f"Invalid request_ids: expected distinct requests, got {list(request_ids)!r}")
         self._reserve_all(request_ids, num_new_tokens)
         lens = [self._lengths[r] for r in request_ids]
-        max_pages = max([len(self._pages[r]) for r in request_ids] + [1])
+        max_pages = self.max_pages_per_request or max([len(self._pages[r]) for r in request_ids] + [1])
         table = torch.zeros(len(request_ids), max_pages, dtype=torch.int32)
         for i, r in enumerate(request_ids):
             table[i, : len(self._pages[r])] = torch.tensor(self._pages[r], dtype=torch.int32)
@@ -333,8 +352,6 @@ def quantize_kv_cache(kv_collection: PagedKVCacheCollection, quantization_granul
     (`rope_aware=True`, FlashMLA-style 640-byte row for DeepSeek): the latent part as e4m3 with one scale per
     row, then the last `qk_rope_head_dim` values as bf16 bytes; `head_size` becomes `latent + 2 * R` bytes.
     """
-    from .reference.paged import quantize_rows
-
     src = kv_collection.params
     if src.is_fp8:
         raise ValueError("Invalid kv_collection: expected a bf16/fp16/fp32 cache to quantize, got an FP8 cache")
@@ -346,7 +363,7 @@ def quantize_kv_cache(kv_collection: PagedKVCacheCollection, quantization_granul
         granularity = check_int("quantization_granularity", quantization_granularity, min_value=1)
         head_size = src.head_size
     params = KVCacheParams(src.num_heads, head_size, src.is_mla, src.page_size, src.num_layers,
-                           torch.float8_e4m3fn, granularity)
+                           torch.float8_e4m3fn, granularity, per_token_scale_rope_aware=rope_aware)
     rows, scales = quantize_rows(kv_collection.blocks, granularity, rope_aware=rope_aware,
                                  qk_rope_head_dim=qk_rope_head_dim)
     return PagedKVCacheCollection(rows.contiguous(), kv_collection.cache_lengths, kv_collection.lookup_table,

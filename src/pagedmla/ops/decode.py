@@ -121,11 +121,10 @@ def _decode_dims(q, kv, rope_aware: bool, qk_rope_head_dim: int, q_scale) -> int
     head_size = kv.params.head_size
     check_int("qk_rope_head_dim", qk_rope_head_dim, min_value=1, max_value=head_size - 1)
     check_tensor("q", q, ndim=3, dtype=FLOAT_DTYPES + FP8_DTYPES, device=kv.device, contiguous_last_dim=True)
+    if rope_aware != kv.params.per_token_scale_rope_aware:
+        raise ValueError(f"Invalid per_token_scale_rope_aware: expected {kv.params.per_token_scale_rope_aware} "
+                         f"(the cache's layout, KVCacheParams.per_token_scale_rope_aware), got {rope_aware}")
     if rope_aware:
-        if not kv.params.is_fp8 or kv.params.scales_per_row != 1:
-            raise ValueError("Invalid per_token_scale_rope_aware=True: expected an FP8 cache with one scale per "
-                             f"row (quantization_granularity == head_size), got dtype {kv.params.dtype} and "
-                             f"granularity {kv.params.quantization_granularity}")
         rank = head_size - 2 * qk_rope_head_dim
         if rank <= 0:
             raise ValueError(f"Invalid qk_rope_head_dim: expected 2 * qk_rope_head_dim < head_size {head_size} for "
@@ -197,9 +196,11 @@ def mla_decode_kv_cache_ragged(q: Tensor, input_row_offsets: Tensor, kv_collecti
     extra_blocks = extra_scales = None
     if extra_k is not None:
         ek = check_collection(extra_k, layer_idx, mla=True, name="extra_k")
-        if ek.params.head_size != kv.params.head_size or ek.params.dtype != kv.params.dtype:
-            raise ValueError(f"Invalid extra_k: expected head_size {kv.params.head_size} and dtype "
-                             f"{kv.params.dtype}, got {ek.params.head_size} and {ek.params.dtype}")
+        want = (kv.params.head_size, kv.params.dtype, kv.params.per_token_scale_rope_aware)
+        got = (ek.params.head_size, ek.params.dtype, ek.params.per_token_scale_rope_aware)
+        if got != want:
+            raise ValueError(f"Invalid extra_k: expected (head_size, dtype, per_token_scale_rope_aware) {want}, "
+                             f"got {got}")
         if ek.device != kv.device:
             raise ValueError(f"Invalid device of extra_k: expected {kv.device}, got {ek.device}")
         if extra_indices is None:

@@ -123,6 +123,9 @@ def mla_decompress_k_cache_ragged_paged(buffer_row_offsets_1d: Tensor, cache_off
 
 
 def _check_prefill_qkv(q, k, v, kv):
+    if kv.params.per_token_scale_rope_aware:
+        raise ValueError("Invalid kv_collection: expected a cache with plain rows for prefill, got the rope-aware "
+                         "FP8 row (a decode-only layout; see docs/layout.md)")
     check_tensor("q", q, ndim=3, dtype=FLOAT_DTYPES, device=kv.device, contiguous_last_dim=True)
     check_tensor("k", k, shape=(None, q.shape[1], None), dtype=q.dtype, device=kv.device, contiguous_last_dim=True)
     check_tensor("v", v, shape=(k.shape[0], q.shape[1], None), dtype=q.dtype, device=kv.device,
