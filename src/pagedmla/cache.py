@@ -57,8 +57,9 @@ class KVCacheParams:
         check_int("head_size", self.head_size, min_value=1)
         check_int("page_size", self.page_size, min_value=1)
         check_int("num_layers", self.num_layers, min_value=1)
-        if not isinstance(self.is_mla, bool):
-            raise ValueError(f"Invalid is_mla: expected a bool, got {type(self.is_mla).__name__}")
+        for flag in ("is_mla", "per_token_scale_rope_aware"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"Invalid {flag}: expected a bool, got {type(getattr(self, flag)).__name__}")
         if self.is_mla and self.num_heads != 1:
             raise ValueError(f"Invalid num_heads: expected 1 for an MLA cache, got {self.num_heads}")
         if self.dtype not in FLOAT_DTYPES + FP8_DTYPES:
@@ -96,6 +97,8 @@ class KVCacheParams:
 def row_offsets(lengths: Sequence[int] | torch.Tensor, device=None) -> torch.Tensor:
     """Ragged offsets int32 [B+1] from per-sequence row counts: `[0, n_0, n_0+n_1, ...]`."""
     n = torch.as_tensor(lengths, dtype=torch.int64).reshape(-1)
+    if n.numel() and int(n.min()) < 0:
+        raise ValueError(f"Invalid lengths: expected values >= 0, got {int(n.min())}")
     out = torch.zeros(n.numel() + 1, dtype=torch.int32)
     out[1:] = torch.cumsum(n, 0).to(torch.int32)
     return out.to(device) if device is not None else out
@@ -126,6 +129,7 @@ class PagedKVCacheCollection:
                  max_seq_length: int | None = None, max_cache_length: int | None = None):
         if not isinstance(params, KVCacheParams):
             raise ValueError(f"Invalid type of params: expected KVCacheParams, got {type(params).__name__}")
+        check_tensor("blocks", blocks, ndim=6)
         check_tensor("blocks", blocks, shape=params.block_shape(blocks.shape[0]) if blocks.dim() == 6 else (None,) * 6,
                      dtype=params.dtype)
         if blocks.stride(-1) != 1:
@@ -171,8 +175,8 @@ class PagedKVCacheCollection:
     def device(self) -> torch.device:
         return self.blocks.device
 
-    def check_layer(self, layer_idx) -> int:
-        return check_int("layer_idx", layer_idx, min_value=0, max_value=self.params.num_layers - 1)
+    def check_layer(self, layer_idx, name: str = "layer_idx") -> int:
+        return check_int(name, layer_idx, min_value=0, max_value=self.params.num_layers - 1)
 
     def key_cache(self, layer: int) -> torch.Tensor:
         """K rows of one layer as a strided view `[num_blocks, page_size, num_heads, head_size]`."""
@@ -221,6 +225,8 @@ class PagedKVCacheManager:
 
     def __init__(self, params: KVCacheParams, num_blocks: int, *, device=None,
                  max_pages_per_request: int | None = None):
+        if not isinstance(params, KVCacheParams):
+            raise ValueError(f"Invalid type of params: expected KVCacheParams, got {type(params).__name__}")
         check_int("num_blocks", num_blocks, min_value=1)
         if max_pages_per_request is not None:
             check_int("max_pages_per_request", max_pages_per_request, min_value=1)
@@ -268,7 +274,8 @@ class PagedKVCacheManager:
             raise ValueError(f"Invalid request_id: expected a new request, got {request_id!r} (already claimed)")
         shared: list[int] = []
         if share_prefix_from is not None:
-            self._known(share_prefix_from)
+            if share_prefix_from not in self._pages:
+                raise ValueError(f"Invalid share_prefix_from: expected a claimed request, got {share_prefix_from!r}")
             limit = min(check_int("num_shared_tokens", num_shared_tokens, min_value=0),
                         self._lengths[share_prefix_from])
             shared = self._pages[share_prefix_from][: limit // self.params.page_size]
@@ -325,9 +332,15 @@ class PagedKVCacheManager:
             max_cache_length=max(totals, default=0))
 
     def commit(self, request_ids: Sequence, num_new_tokens: Sequence[int]) -> None:
-        """Advance lengths after a step has written its tokens."""
+        """Advance lengths after a step has written its tokens (all or nothing)."""
+        if len(request_ids) != len(num_new_tokens):
+            raise ValueError(f"Invalid num_new_tokens: expected {len(request_ids)} counts (one per request), "
+                             f"got {len(num_new_tokens)}")
+        if len(set(request_ids)) != len(request_ids):
+            raise ValueError(f"Invalid request_ids: expected distinct requests, got {list(request_ids)!r}")
         for r, n in zip(request_ids, num_new_tokens):
             self._known(r)
+            check_int("num_new_tokens", n, min_value=0)
             if self._lengths[r] + n > len(self._pages[r]) * self.params.page_size:
                 raise ValueError(f"Invalid num_new_tokens for {r!r}: expected at most "
                                  f"{len(self._pages[r]) * self.params.page_size - self._lengths[r]} (reserved), got {n}")
@@ -352,6 +365,9 @@ def quantize_kv_cache(kv_collection: PagedKVCacheCollection, quantization_granul
     (`rope_aware=True`, FlashMLA-style 640-byte row for DeepSeek): the latent part as e4m3 with one scale per
     row, then the last `qk_rope_head_dim` values as bf16 bytes; `head_size` becomes `latent + 2 * R` bytes.
     """
+    if not isinstance(kv_collection, PagedKVCacheCollection):
+        raise ValueError(f"Invalid type of kv_collection: expected PagedKVCacheCollection, got "
+                         f"{type(kv_collection).__name__}")
     src = kv_collection.params
     if src.is_fp8:
         raise ValueError("Invalid kv_collection: expected a bf16/fp16/fp32 cache to quantize, got an FP8 cache")

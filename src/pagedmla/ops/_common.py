@@ -12,7 +12,7 @@ def check_collection(kv_collection, layer_idx, *, mla: bool | None = True, writa
                      name: str = "kv_collection") -> PagedKVCacheCollection:
     if not isinstance(kv_collection, PagedKVCacheCollection):
         raise ValueError(f"Invalid type of {name}: expected PagedKVCacheCollection, got {type(kv_collection).__name__}")
-    kv_collection.check_layer(layer_idx)
+    kv_collection.check_layer(layer_idx, "layer_idx" if name == "kv_collection" else f"{name} layer_idx")
     params = kv_collection.params
     if mla is not None and params.is_mla != mla:
         want = "an MLA cache (is_mla=True)" if mla else "an MHA cache (is_mla=False)"
@@ -38,6 +38,11 @@ def check_offsets_for(kv: PagedKVCacheCollection, input_row_offsets, total_rows:
             raise ValueError(f"Invalid kv_collection.lookup_table: sequence {worst} needs {int(totals[worst])} "
                              f"tokens, expected at most {capacity} (lookup_table has {kv.lookup_table.shape[1]} "
                              f"pages of {kv.page_size})")
+        for field, actual in (("max_seq_length", int(counts.max())), ("max_cache_length", int(totals.max()))):
+            given = getattr(kv, field)
+            if given is not None and given < actual:
+                raise ValueError(f"Invalid kv_collection.{field}: expected at least {actual} (from {name} and "
+                                 f"cache_lengths), got {given}")
         used = (totals + kv.page_size - 1) // kv.page_size
         cols = torch.arange(kv.lookup_table.shape[1]).view(1, -1)
         ids = kv.lookup_table.long()[cols < used.view(-1, 1)]
@@ -68,3 +73,32 @@ def max_cache_length(kv: PagedKVCacheCollection, input_row_offsets: torch.Tensor
     if input_row_offsets.shape[0] < 2:
         return 0
     return int((kv.cache_lengths.long() + (input_row_offsets[1:] - input_row_offsets[:-1]).long()).max())
+
+
+def check_bool(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"Invalid {name}: expected a bool, got {type(value).__name__}")
+    return value
+
+
+def check_chunk_sources(kv: PagedKVCacheCollection, input_row_offsets: torch.Tensor | None,
+                        buffer_row_offsets: torch.Tensor, cache_offsets: torch.Tensor, names: tuple[str, str]) -> None:
+    """On CPU: a chunk's cache positions `co[b] .. co[b] + rows_b` are >= 0 and inside sequence b's used pages
+    (`align_up(N_b, page_size)`; N_b needs input_row_offsets, else L_b is used as a lower bound of the pages)."""
+    if not values_checkable(buffer_row_offsets, cache_offsets, kv.cache_lengths) or not kv.batch_size:
+        return
+    bro_name, co_name = names
+    if int(cache_offsets.min()) < 0:
+        raise ValueError(f"Invalid {co_name}: expected values >= 0, got {int(cache_offsets.min())}")
+    rows = (buffer_row_offsets[1:] - buffer_row_offsets[:-1]).long()
+    totals = kv.cache_lengths.long()
+    if input_row_offsets is not None:
+        totals = totals + (input_row_offsets[1:] - input_row_offsets[:-1]).long()
+    capacity = torch.minimum((totals + kv.page_size - 1) // kv.page_size * kv.page_size,
+                             torch.full_like(totals, kv.lookup_table.shape[1] * kv.page_size))
+    end = cache_offsets.long() + rows
+    bad = (rows > 0) & (end > capacity)
+    if input_row_offsets is not None and bool(bad.any()):
+        b = int(bad.nonzero()[0])
+        raise ValueError(f"Invalid {co_name}: sequence {b} reads cache positions up to {int(end[b])}, expected at "
+                         f"most {int(capacity[b])} (its page-aligned length) with {bro_name}")

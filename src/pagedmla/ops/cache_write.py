@@ -12,6 +12,7 @@ from ._common import check_collection, check_offsets_for, max_seq_length
 _REF = "pagedmla.reference.cache_write"
 for _name in ("k_matmul_ragged_paged", "kv_matmul_ragged_paged", "rms_norm_key_cache", "fused_qk_rope_ragged"):
     _dispatch.REFERENCE_IMPLS[_name] = f"{_REF}:{_name}"
+    _dispatch.TRITON_LAUNCHERS[_name] = f"pagedmla.ops._triton_cache_write:{_name}"
 
 
 @torch.library.custom_op("pagedmla::k_matmul_ragged_paged", mutates_args=("blocks",))
@@ -105,7 +106,7 @@ def rms_norm_key_cache(kv_collection, gamma: Tensor, eps: float, layer_idx: int,
     check_int("rms_norm_cols", rms_norm_cols, min_value=1, max_value=kv.params.head_size)
     check_tensor("gamma", gamma, shape=(rms_norm_cols,), dtype=FLOAT_DTYPES, device=kv.device)
     eps = check_float("eps", eps)
-    if eps < 0:
+    if not eps >= 0:
         raise ValueError(f"Invalid eps: expected >= 0, got {eps}")
     check_offsets_for(kv, input_row_offsets, None)
     chosen = _dispatch.resolve("rms_norm_key_cache", backend, kv.device)

@@ -15,6 +15,9 @@ from ._common import check_collection, check_offsets_for, max_cache_length, max_
 
 _dispatch.REFERENCE_IMPLS["mla_decode_kv_cache_ragged"] = "pagedmla.reference.decode:mla_decode_kv_cache_ragged"
 _dispatch.REFERENCE_IMPLS["mla_decode_plan"] = "pagedmla.ops.decode:_reference_plan"
+_dispatch.TRITON_LAUNCHERS["mla_decode_kv_cache_ragged"] = "pagedmla.ops._triton_decode:decode"
+_dispatch.TRITON_LAUNCHERS["mla_decode_plan"] = "pagedmla.ops._triton_decode:plan"
+_dispatch.TRITON_FEATURES["mla_decode_kv_cache_ragged"] = frozenset({"sink", "fp32"})
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,8 @@ def _decode_op(q: Tensor, input_row_offsets: Tensor, blocks: Tensor, cache_lengt
 _decode_op.register_fake(lambda *args, **kwargs: None)
 
 
-def _check_sparse(name: str, idx, lengths, lengths_name: str, num_rows: int, batch: int, device):
+def _check_sparse(name: str, idx, lengths, lengths_name: str, num_rows: int, batch: int, device, input_row_offsets,
+                  pool_rows: int):
     check_tensor(name, idx, shape=(num_rows, None), dtype=torch.int32, device=device)
     if lengths is None:
         raise ValueError(f"Invalid {lengths_name}: expected int32 [{batch}] with {name}, got None")
@@ -102,6 +106,13 @@ def _check_sparse(name: str, idx, lengths, lengths_name: str, num_rows: int, bat
         if int(lengths.min()) < 0 or int(lengths.max()) > idx.shape[1]:
             raise ValueError(f"Invalid {lengths_name}: expected values in [0, {idx.shape[1]}] (columns of {name}), "
                              f"got [{int(lengths.min())}, {int(lengths.max())}]")
+        # Only the first topk_lengths[b] entries of a row count; those must be -1 or a row of the pool.
+        rows_seq = torch.searchsorted(input_row_offsets[1:].long(), torch.arange(num_rows), right=True)
+        counted = torch.arange(idx.shape[1]).view(1, -1) < lengths.long()[rows_seq].view(-1, 1)
+        vals = idx[counted]
+        if vals.numel() and (int(vals.min()) < -1 or int(vals.max()) >= pool_rows):
+            raise ValueError(f"Invalid {name}: expected -1 or physical rows in [0, {pool_rows}) "
+                             f"(num_blocks * page_size), got values from {int(vals.min())} to {int(vals.max())}")
 
 
 def _check_fold(indices, input_row_offsets):
@@ -187,7 +198,8 @@ def mla_decode_kv_cache_ragged(q: Tensor, input_row_offsets: Tensor, kv_collecti
     if indices is not None:
         if code != MASK_CODES["null"]:
             raise ValueError(f"Invalid mask: expected 'null' for sparse decode (indices given), got {mask!r}")
-        _check_sparse("indices", indices, topk_lengths, "topk_lengths", num_rows, batch, kv.device)
+        _check_sparse("indices", indices, topk_lengths, "topk_lengths", num_rows, batch, kv.device, input_row_offsets,
+                      kv.num_blocks * kv.page_size)
         if fold_shared_index:
             _check_fold(indices, input_row_offsets)
     elif topk_lengths is not None or extra_k is not None or fold_shared_index:
@@ -206,7 +218,7 @@ def mla_decode_kv_cache_ragged(q: Tensor, input_row_offsets: Tensor, kv_collecti
         if extra_indices is None:
             raise ValueError("Invalid extra_indices: expected int32 [T, extra_topk] with extra_k, got None")
         _check_sparse("extra_indices", extra_indices, extra_topk_lengths, "extra_topk_lengths", num_rows, batch,
-                      kv.device)
+                      kv.device, input_row_offsets, ek.num_blocks * ek.page_size)
         extra_blocks, extra_scales = ek.blocks, ek.scales
     elif extra_indices is not None or extra_topk_lengths is not None:
         raise ValueError("Invalid extra_k: expected a PagedKVCacheCollection with extra_indices, got None")

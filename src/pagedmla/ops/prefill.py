@@ -9,11 +9,12 @@ from .._checks import FLOAT_DTYPES, check_float, check_int, check_row_offsets, c
 from ..masks import mask_code
 from ..reference.attention import merge_states
 from . import _dispatch
-from ._common import check_collection, check_offsets_for
+from ._common import check_bool, check_chunk_sources, check_collection, check_offsets_for
 
 _REF = "pagedmla.reference.prefill"
 for _name in ("mla_prefill_plan", "mla_decompress_k_cache_ragged_paged", "mla_prefill_kv_cache_ragged"):
     _dispatch.REFERENCE_IMPLS[_name] = f"{_REF}:{_name}"
+    _dispatch.TRITON_LAUNCHERS[_name] = f"pagedmla.ops._triton_prefill:{_name}"
 
 
 @torch.library.custom_op("pagedmla::mla_prefill_plan", mutates_args=())
@@ -72,15 +73,32 @@ def mla_prefill_plan(input_row_offsets: Tensor, kv_collection, buffer_size: int,
     check_int("buffer_size", buffer_size, min_value=1)
     check_int("max_chunks", max_chunks, min_value=1)
     check_offsets_for(kv, input_row_offsets, None)
+    _check_chunk_count(input_row_offsets, kv, buffer_size, max_chunks)
     chosen = _dispatch.resolve("mla_prefill_plan", backend, kv.device)
     return torch.ops.pagedmla.mla_prefill_plan(input_row_offsets, kv.cache_lengths, kv.page_size, buffer_size,
                                                max_chunks, chosen)
+
+
+def _check_chunk_count(input_row_offsets: Tensor, kv, buffer_size: int, max_chunks: int) -> None:
+    """A batch needing more than max_chunks chunks is a ValueError. It reads the lengths (one sync per step on a
+    GPU), skipped only while tracing or capturing a CUDA graph, where the kernels cannot raise."""
+    if torch.compiler.is_compiling() or (kv.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        return
+    counts = (input_row_offsets[1:] - input_row_offsets[:-1]).long()
+    aligned = (kv.cache_lengths.long() + counts + kv.page_size - 1) // kv.page_size * kv.page_size
+    line = int(aligned.sum())
+    needed = -(-line // buffer_size)
+    if needed > max_chunks:
+        raise ValueError(f"Invalid buffer_size: the batch needs {needed} chunks of {buffer_size} rows "
+                         f"({line} page-aligned cache rows), expected at most max_chunks={max_chunks}")
 
 
 def _as_int(name: str, value) -> int:
     if isinstance(value, Tensor):
         if value.numel() != 1:
             raise ValueError(f"Invalid shape of {name}: expected a scalar, got {tuple(value.shape)}")
+        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+            raise ValueError(f"Invalid dtype of {name}: expected an integer scalar, got {value.dtype}")
         value = int(value.item())
     return check_int(name, value, min_value=-1)
 
@@ -116,6 +134,22 @@ def mla_decompress_k_cache_ragged_paged(buffer_row_offsets_1d: Tensor, cache_off
     if length > k_latent_buffer.shape[0]:
         raise ValueError(f"Invalid buffer_length: expected at most {k_latent_buffer.shape[0]} (buffer rows), "
                          f"got {length}")
+    if values_checkable(buffer_row_offsets_1d) and batch and length > int(buffer_row_offsets_1d[-1]):
+        raise ValueError(f"Invalid buffer_length: expected at most {int(buffer_row_offsets_1d[-1])} "
+                         f"(buffer_row_offsets_1d[-1]), got {length}")
+    if values_checkable(cache_offsets_1d) and batch and int(cache_offsets_1d.min()) < 0:
+        raise ValueError(f"Invalid cache_offsets_1d: expected values >= 0, got {int(cache_offsets_1d.min())}")
+    if values_checkable(buffer_row_offsets_1d, cache_offsets_1d, kv.cache_lengths, kv.lookup_table) and batch:
+        rows = (buffer_row_offsets_1d[1:] - buffer_row_offsets_1d[:-1]).long()
+        pages = kv.lookup_table.long()
+        end = cache_offsets_1d.long() + rows
+        for b in (rows > 0).nonzero().view(-1).tolist():
+            last_page = (int(end[b]) - 1) // kv.page_size
+            ids = pages[b, int(cache_offsets_1d[b]) // kv.page_size: last_page + 1]
+            if last_page >= pages.shape[1] or int(ids.min()) < 0 or int(ids.max()) >= kv.num_blocks:
+                raise ValueError(f"Invalid cache_offsets_1d: sequence {b} reads cache positions "
+                                 f"{int(cache_offsets_1d[b])}..{int(end[b]) - 1}, expected pages with valid block "
+                                 f"ids in kv_collection.lookup_table")
     chosen = _dispatch.resolve("mla_decompress_k_cache_ragged_paged", backend, kv.device)
     torch.ops.pagedmla.mla_decompress_k_cache_ragged_paged(
         buffer_row_offsets_1d, cache_offsets_1d, length, weight, kv.blocks, kv.cache_lengths, kv.lookup_table,
@@ -158,6 +192,7 @@ def mla_prefill_kv_cache_ragged(q: Tensor, k: Tensor, v: Tensor, buffer_row_offs
     _check_prefill_qkv(q, k, v, kv)
     code, window = mask_code(mask, local_window_size)
     scale = check_float("scale", scale)
+    check_bool("return_lse", return_lse)
     check_offsets_for(kv, input_row_offsets, q.shape[0])
     check_row_offsets("buffer_row_offsets", buffer_row_offsets, batch_size=kv.batch_size, total_rows=None,
                       device=kv.device)
@@ -165,11 +200,13 @@ def mla_prefill_kv_cache_ragged(q: Tensor, k: Tensor, v: Tensor, buffer_row_offs
     if values_checkable(buffer_row_offsets) and kv.batch_size and int(buffer_row_offsets[-1]) > k.shape[0]:
         raise ValueError(f"Invalid buffer_row_offsets: expected buffer_row_offsets[-1] <= {k.shape[0]} (rows of "
                          f"k), got {int(buffer_row_offsets[-1])}")
+    check_chunk_sources(kv, input_row_offsets, buffer_row_offsets, cache_offsets,
+                        ("buffer_row_offsets", "cache_offsets"))
     out_shape = (q.shape[0], q.shape[1], v.shape[-1])
     if output is None:
         output = q.new_empty(out_shape)
     else:
-        check_tensor("output", output, shape=out_shape, dtype=q.dtype, device=kv.device)
+        check_tensor("output", output, shape=out_shape, dtype=q.dtype, device=kv.device, contiguous_last_dim=True)
     lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
     chosen = _dispatch.resolve("mla_prefill_kv_cache_ragged", backend, kv.device)
     torch.ops.pagedmla.mla_prefill_kv_cache_ragged(
@@ -195,6 +232,11 @@ def mla_prefill(q: Tensor, input_row_offsets: Tensor, kv_collection, layer_idx: 
     check_tensor("kv_b_proj_weight", kv_b_proj_weight, ndim=2, dtype=q.dtype, device=kv.device,
                  contiguous_last_dim=True)
     num_heads = q.shape[1]
+    scale = check_float("scale", scale)
+    check_bool("return_lse", return_lse)
+    if kv_b_proj_weight.shape[1] > kv.params.head_size:
+        raise ValueError(f"Invalid shape of kv_b_proj_weight: expected kv_lora_rank (dim 1) <= head_size "
+                         f"{kv.params.head_size}, got {tuple(kv_b_proj_weight.shape)}")
     if kv_b_proj_weight.shape[0] % num_heads:
         raise ValueError(f"Invalid shape of kv_b_proj_weight: expected dim 0 a multiple of num_heads={num_heads}, "
                          f"got {tuple(kv_b_proj_weight.shape)}")

@@ -84,7 +84,7 @@ def mla_prefill_kv_cache_ragged(q, k, v, buffer_row_offsets, cache_offsets, inpu
         k_pos = co[b] + torch.arange(n_keys_buf).view(1, -1)
         vis = visible(q_pos, k_pos, num_keys, mask_code, window)
         block, slot, in_table = page_slots(lookup_table, b, k_pos.view(-1).to(lookup_table.device), blocks.shape[3])
-        rope = gather_physical(blocks, scales, layer_idx, 0, block, slot)[:, 0, -rope_dim:]
+        rope = gather_physical(blocks, scales, layer_idx, 0, block, slot)[:, 0, blocks.shape[-1] - rope_dim:]
         vis = vis.to(q.device) & in_table.view(1, -1)
         kb = k[bro[b]: bro[b + 1]].float()
         keys = torch.cat([kb, rope.unsqueeze(1).expand(-1, kb.shape[1], -1)], dim=-1)
