@@ -325,7 +325,7 @@ BOGUS_LAUNCHER = "pagedmla._no_such_module:launch"
 @pytest.fixture
 def bogus_triton(monkeypatch):
     """A launcher target for every op that fails to import if anything ever tries to run it."""
-    names = list(OPS) + ["mla_decode_plan"]
+    names = list(OPS) + ["mla_decode_plan", "mla_sparse_decode"]
     monkeypatch.setattr(_dispatch, "TRITON_LAUNCHERS", {n: BOGUS_LAUNCHER for n in names})
     every = frozenset({"sparse", "extra_k", "sink", "fp8_cache", "fp8_q", "rope_aware", "fp32", "fold_shared_index"})
     monkeypatch.setattr(_dispatch, "TRITON_FEATURES", {n: every for n in names})
@@ -363,11 +363,11 @@ def test_auto_backend_on_cpu_runs_the_reference(op, bogus_triton):
 
 def test_triton_backend_missing_feature(monkeypatch, bogus_triton):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setitem(_dispatch.TRITON_FEATURES, "mla_decode_kv_cache_ragged", frozenset({"fp32"}))
+    monkeypatch.setitem(_dispatch.TRITON_FEATURES, "mla_sparse_decode", frozenset({"fp32"}))
     variant = "mla_decode_kv_cache_ragged[sparse]"
     args = args_of(variant, lambda a: {"backend": "triton", "extra_k": None, "extra_indices": None,
-                                       "extra_topk_lengths": None, "attn_sink": None})
-    with pytest.raises(NotImplementedError, match=says("mla_decode_kv_cache_ragged", "does not support ['sparse']")):
+                                       "extra_topk_lengths": None})
+    with pytest.raises(NotImplementedError, match=says("mla_sparse_decode", "does not support ['sink']")):
         call(variant, args)
 
 

@@ -14,6 +14,8 @@ from . import _dispatch
 from ._common import check_collection, check_offsets_for, max_cache_length, max_seq_length
 
 _dispatch.REFERENCE_IMPLS["mla_decode_kv_cache_ragged"] = "pagedmla.reference.decode:mla_decode_kv_cache_ragged"
+# Sparse (top-k indices) decode is its own kernel family; it shares the op, the reference and the launcher call.
+_dispatch.REFERENCE_IMPLS["mla_sparse_decode"] = "pagedmla.reference.decode:mla_decode_kv_cache_ragged"
 _dispatch.REFERENCE_IMPLS["mla_decode_plan"] = "pagedmla.ops.decode:_reference_plan"
 _dispatch.TRITON_LAUNCHERS["mla_decode_kv_cache_ragged"] = "pagedmla.ops._triton_decode:decode"
 _dispatch.TRITON_LAUNCHERS["mla_decode_plan"] = "pagedmla.ops._triton_decode:plan"
@@ -80,7 +82,7 @@ def _decode_op(q: Tensor, input_row_offsets: Tensor, blocks: Tensor, cache_lengt
                extra_indices: Tensor | None, extra_topk_lengths: Tensor | None, layer_idx: int, scale: float,
                mask_code: int, window: int, num_partitions: int, max_seq_length: int, rope_aware: bool,
                qk_rope_head_dim: int, fold_shared_index: bool, backend: str) -> None:
-    fn = _dispatch.impl("mla_decode_kv_cache_ragged", backend)
+    fn = _dispatch.impl("mla_sparse_decode" if indices is not None else "mla_decode_kv_cache_ragged", backend)
     common = dict(q_scale=q_scale, rope_aware=rope_aware, qk_rope_head_dim=qk_rope_head_dim, indices=indices,
                   topk_lengths=topk_lengths, attn_sink=attn_sink, extra_blocks=extra_blocks,
                   extra_scales=extra_scales, extra_indices=extra_indices, extra_topk_lengths=extra_topk_lengths)
@@ -231,10 +233,11 @@ def mla_decode_kv_cache_ragged(q: Tensor, input_row_offsets: Tensor, kv_collecti
     else:
         check_tensor("output", output, shape=out_shape, dtype=out_dtype, device=kv.device, contiguous_last_dim=True)
     features = {name for name, used in (
-        ("sparse", indices is not None), ("extra_k", extra_k is not None), ("sink", attn_sink is not None),
+        ("extra_k", extra_k is not None), ("sink", attn_sink is not None),
         ("fp8_cache", kv.params.is_fp8), ("fp8_q", q.dtype in FP8_DTYPES), ("rope_aware", per_token_scale_rope_aware),
         ("fp32", q.dtype == torch.float32), ("fold_shared_index", fold_shared_index)) if used}
-    chosen = _dispatch.resolve("mla_decode_kv_cache_ragged", backend, kv.device, frozenset(features))
+    op_key = "mla_sparse_decode" if indices is not None else "mla_decode_kv_cache_ragged"
+    chosen = _dispatch.resolve(op_key, backend, kv.device, frozenset(features))
     if plan is None:
         plan = mla_decode_plan(input_row_offsets, kv, num_heads=num_heads, num_partitions=num_partitions,
                                backend=chosen)
