@@ -12,4 +12,4 @@ export PYTHONPATH=src PYTHONUNBUFFERED=1
 } 2>&1 | tee "$OUT/env.txt"
 python3 -m pytest -q -m gpu tests -p no:cacheprovider --timeout=900 2>&1 | tee "$OUT/gpu-tests.log" | tail -25
 python3 -m pagedmla.cli bench "${@:-all}" --json "$OUT/results.json" --csv "$OUT/results.csv" \
-  --plot "$OUT/roofline.png" 2>"$OUT/bench.stderr" | tee "$OUT/bench.txt"
+  --plot "$OUT/roofline.png" --commit "${COMMIT:-unknown}" 2>"$OUT/bench.stderr" | tee "$OUT/bench.txt"

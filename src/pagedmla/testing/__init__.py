@@ -1,15 +1,67 @@
-"""Test and benchmark support: adversarial paged inputs, comparison helpers (and, with the bench extra,
-the GPU timer and FLOP/byte formulas)."""
+"""Test and benchmark support: adversarial paged inputs, comparison helpers, the GPU timer and ceilings,
+FLOP/byte formulas and the benchmark shapes registry (all plain torch)."""
 
 from .compare import assert_close, assert_close_to_reference, error_report
+from .flops import (
+    Cost,
+    cache_write_cost,
+    copy_cost,
+    decode_cost,
+    decompress_cost,
+    matmul_cost,
+    prefill_cost,
+    sdpa_cost,
+    sparse_decode_cost,
+    visible_keys,
+)
 from .inputs import PagedBatch, adversarial_lengths, make_paged_batch, random_mla_weights
+from .perf import (
+    Ceilings,
+    Timing,
+    l2_cache_bytes,
+    measure_ceilings,
+    measure_copy_bandwidth,
+    measure_matmul_rate,
+    percentile,
+    roofline_fraction,
+    rotation_copies,
+    time_gpu,
+)
+from .shapes import MODELS, SUITES, BenchCase, ModelShape, cases, model_for_heads, override_cases
 
 __all__ = [
+    "MODELS",
+    "SUITES",
+    "BenchCase",
+    "Ceilings",
+    "Cost",
+    "ModelShape",
     "PagedBatch",
+    "Timing",
     "adversarial_lengths",
     "assert_close",
     "assert_close_to_reference",
+    "cache_write_cost",
+    "cases",
+    "copy_cost",
+    "decode_cost",
+    "decompress_cost",
     "error_report",
+    "l2_cache_bytes",
     "make_paged_batch",
+    "matmul_cost",
+    "measure_ceilings",
+    "measure_copy_bandwidth",
+    "measure_matmul_rate",
+    "model_for_heads",
+    "override_cases",
+    "percentile",
+    "prefill_cost",
     "random_mla_weights",
+    "roofline_fraction",
+    "rotation_copies",
+    "sdpa_cost",
+    "sparse_decode_cost",
+    "time_gpu",
+    "visible_keys",
 ]
