@@ -17,9 +17,14 @@ _dispatch.REFERENCE_IMPLS["mla_decode_kv_cache_ragged"] = "pagedmla.reference.de
 # Sparse (top-k indices) decode is its own kernel family; it shares the op, the reference and the launcher call.
 _dispatch.REFERENCE_IMPLS["mla_sparse_decode"] = "pagedmla.reference.decode:mla_decode_kv_cache_ragged"
 _dispatch.REFERENCE_IMPLS["mla_decode_plan"] = "pagedmla.ops.decode:_reference_plan"
+_dispatch.REFERENCE_IMPLS["mla_decode_plan_refresh"] = "pagedmla.ops.decode:_reference_refresh"
 _dispatch.TRITON_LAUNCHERS["mla_decode_kv_cache_ragged"] = "pagedmla.ops._triton_decode:decode"
 _dispatch.TRITON_LAUNCHERS["mla_decode_plan"] = "pagedmla.ops._triton_decode:plan"
+_dispatch.TRITON_LAUNCHERS["mla_decode_plan_refresh"] = "pagedmla.ops._triton_decode:refresh_plan"
 _dispatch.TRITON_FEATURES["mla_decode_kv_cache_ragged"] = frozenset({"sink", "fp32"})
+_dispatch.TRITON_LAUNCHERS["mla_sparse_decode"] = "pagedmla.ops._triton_sparse_decode:sparse_decode"
+_dispatch.TRITON_FEATURES["mla_sparse_decode"] = frozenset({"extra_k", "sink", "fp8_cache", "fp8_q", "rope_aware",
+                                                            "fold_shared_index", "fp32"})
 
 
 @dataclass(frozen=True)
@@ -50,8 +55,12 @@ def _reference_plan(input_row_offsets: Tensor, kv: PagedKVCacheCollection, num_h
                       "reference")
 
 
+def _reference_refresh(plan: DecodePlan, input_row_offsets: Tensor, kv: PagedKVCacheCollection) -> None:
+    """The reference reads nothing from a plan but its partition count: nothing to refill."""
+
+
 def mla_decode_plan(input_row_offsets: Tensor, kv_collection, *, num_heads: int, num_partitions: int | None = None,
-                    backend: str = "auto") -> DecodePlan:
+                    out: DecodePlan | None = None, backend: str = "auto") -> DecodePlan:
     """Build the decode plan of one step (once per step; every layer reuses it).
 
     Reads `max n_b` and `max N_b` from the collection when the caller gave them (the manager does), else
@@ -61,13 +70,26 @@ def mla_decode_plan(input_row_offsets: Tensor, kv_collection, *, num_heads: int,
         input_row_offsets: int32 `[B+1]` query rows per sequence.
         kv_collection: the step's MLA cache collection.
         num_heads: query heads (the scheduler sizes tiles by it).
-        num_partitions: force this many KV partitions per sequence (None: the backend decides).
+        num_partitions: force this many KV partitions (None: the backend decides; for the Triton backend it is
+            the number of workers that share the batch's key blocks).
+        out: a plan of an earlier step to refill in place (same batch size, every n_b within its
+            max_seq_length), e.g. before replaying a CUDA graph that captured decodes with it. Returns `out`.
     """
     kv = check_collection(kv_collection, 0, mla=True)
     check_int("num_heads", num_heads, min_value=1)
     if num_partitions is not None:
         check_int("num_partitions", num_partitions, min_value=1)
     check_offsets_for(kv, input_row_offsets, None)
+    if out is not None:
+        if not isinstance(out, DecodePlan):
+            raise ValueError(f"Invalid type of out: expected DecodePlan, got {type(out).__name__}")
+        if out.batch_size != kv.batch_size:
+            raise ValueError(f"Invalid out: expected a plan for batch size {kv.batch_size}, got {out.batch_size}")
+        if kv.max_seq_length is not None and kv.max_seq_length > out.max_seq_length:
+            raise ValueError(f"Invalid out: expected a plan with max_seq_length >= {kv.max_seq_length}, got "
+                             f"{out.max_seq_length}")
+        _dispatch.impl("mla_decode_plan_refresh", out.backend)(out, input_row_offsets, kv)
+        return out
     chosen = _dispatch.resolve("mla_decode_plan", backend, kv.device)
     max_q, max_keys = max_seq_length(kv, input_row_offsets), max_cache_length(kv, input_row_offsets)
     return _dispatch.impl("mla_decode_plan", chosen)(input_row_offsets, kv, num_heads, num_partitions, max_q,

@@ -1,0 +1,135 @@
+"""Launch configs of the MLA decode kernels and the heuristics that pick them.
+
+Three pieces: `DecodePlanConfig` is fixed when the plan is built (once per step: how many split-KV workers share
+the batch's key blocks), `DecodeConfig` when a layer runs (tiles of the attention kernel), `CombineConfig` with
+it (tiles of the kernel that merges split sequences).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Tiles of `_mla_decode_kernel`.
+
+    Attributes:
+        block_m: rows (heads x query tokens of one sequence) per program; every cache row read serves them all.
+        block_n: keys per iteration of the main loop.
+        num_warps: warps per program.
+        num_stages: software pipelining of the cache loads. The key rows' addresses come from a lookup-table
+            load, so a block's loads overlap the previous block's math only from 5 stages on.
+    """
+
+    block_m: int = 64
+    block_n: int = 32
+    num_warps: int = 8
+    num_stages: int = 5
+
+
+@dataclass(frozen=True)
+class CombineConfig:
+    """Tiles of `_mla_decode_combine_kernel`: pieces, rows and output columns merged per step (pieces are
+    loaded BLOCK_P at a time, so that several loads are in flight), and warps."""
+
+    block_p: int = 8
+    block_r: int = 4
+    block_dv: int = 128
+    num_warps: int = 4
+
+
+@dataclass(frozen=True)
+class DecodePlanConfig:
+    """Split-KV schedule of one step.
+
+    Attributes:
+        num_workers: programs along the key axis (per row tile) that share the batch's key blocks.
+        granularity: keys per schedule block (worker spans start and end on multiples of it).
+        fixed_cost: cost, in blocks, charged for starting a sequence (loading q, writing its result), so that
+            many short sequences are not all given to one worker.
+    """
+
+    num_workers: int
+    granularity: int = 64
+    fixed_cost: int = 2
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def block_m_for(num_heads: int, max_q: int) -> int:
+    """Rows per program: all of a sequence's rows when they fit in 64 (16 at least: the MMA's smallest M)."""
+    return min(64, max(16, _pow2_at_least(max(1, num_heads * max(1, max_q)))))
+
+
+def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q_dtype: torch.dtype,
+              cache_dtype: torch.dtype, batch: int = 64, interpret: bool = False) -> DecodeConfig:
+    """Tiles for one decode call (measured on an H200, see benchmarks/decode_probe.py).
+
+    Every tile takes 8 warps: a 64-row tile needs two warpgroups for its `[64, kv_lora_rank]` float32
+    accumulator at kv_lora_rank 512. 16- and 32-row tiles stream 64-key blocks two at a time (5 stages, one
+    program per SM). A 64-row tile cannot hold three 64-key buffers next to its q tile, and its key loads are
+    not overlapped at 2 stages; at batch 64 and more, 64-key blocks still beat 32-key blocks with overlap,
+    because the warpgroup MMAs of the logits get twice as wide; small batches (few, long pieces per program)
+    gain more from the overlap. float32 operands (any float32 input, or q and cache of
+    different types) take the FMA path, whose operands live in registers: 16-row tiles.
+    """
+    block_m = block_m_for(num_heads, max_q)
+    if interpret:
+        return DecodeConfig(block_m=block_m, block_n=16, num_warps=1, num_stages=1)
+    if torch.float32 in (q_dtype, cache_dtype) or q_dtype != cache_dtype:
+        return DecodeConfig(block_m=16, block_n=32, num_warps=8, num_stages=2)
+    if block_m >= 64:
+        if batch <= 16:
+            return DecodeConfig(block_m=64, block_n=32, num_warps=8, num_stages=5)
+        return DecodeConfig(block_m=64, block_n=64, num_warps=8, num_stages=2)
+    return DecodeConfig(block_m=block_m, block_n=64, num_warps=8, num_stages=5)
+
+
+def combine_heuristic(*, num_workers: int, batch: int, kv_lora_rank: int,
+                      interpret: bool = False) -> CombineConfig:
+    """Combine tiles: many pieces per step when few sequences share many workers (batch 1: up to W pieces of
+    one sequence), about 4K float32 values per step, and enough programs to spread the reads."""
+    if interpret:
+        return CombineConfig(block_p=2, block_r=4, block_dv=min(32, kv_lora_rank), num_warps=1)
+    block_p = min(64, max(4, _pow2_at_least(-(-2 * num_workers // max(1, batch)))))
+    block_dv = min(kv_lora_rank, 64 if block_p >= 32 else 128)
+    block_r = max(1, 4096 // (block_p * block_dv))
+    return CombineConfig(block_p=block_p, block_r=block_r, block_dv=block_dv, num_warps=4)
+
+
+def plan_heuristic(*, batch: int, num_heads: int, max_q: int, max_keys: int, num_sms: int,
+                   interpret: bool = False) -> DecodePlanConfig:
+    """Workers for one step: one program per SM in all (row tiles times workers), but never so many that a
+    worker gets fewer than ~2 blocks of the longest possible batch (the combine would cost more than the
+    split gains). When it costs at most a tenth of the programs, the count is rounded so that equal
+    sequences fall into whole pieces (k workers per sequence, or k sequences per worker): splitting a
+    sequence across workers costs a partial result and a combine, which measured up to 25% at 128 heads."""
+    if interpret:
+        return DecodePlanConfig(num_workers=2, granularity=16, fixed_cost=1)
+    granularity = 64
+    block_m = block_m_for(num_heads, max_q)
+    tiles = -(-num_heads * max(1, max_q) // block_m)
+    workers = max(1, num_sms // tiles)
+    if batch >= 1:
+        per_worker = -(-batch // workers)
+        whole = batch * (workers // batch) if batch < workers else -(-batch // per_worker)
+        if 10 * whole >= 9 * workers:
+            workers = whole
+    blocks = batch * (-(-max(1, max_keys) // granularity) + 2)
+    workers = max(1, min(workers, blocks // 2))
+    return DecodePlanConfig(num_workers=workers, granularity=granularity, fixed_cost=2)
+
+
+def search_space(*, num_heads: int, max_q: int) -> list[DecodeConfig]:
+    """bf16/fp16 configs worth timing for a shape (opt-in tuning; tests never use it)."""
+    block_m = block_m_for(num_heads, max_q)
+    if block_m >= 64:
+        shapes = [(64, 8, 2), (32, 8, 5)]
+    else:
+        shapes = [(64, 8, 5), (64, 8, 2), (32, 4, 5)]
+    return [DecodeConfig(block_m=block_m, block_n=n, num_warps=w, num_stages=s) for n, w, s in shapes]

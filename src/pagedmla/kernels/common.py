@@ -1,0 +1,69 @@
+"""Jit helpers shared by the kernels: the interpreter-safe dot and the mask rule of `pagedmla.masks`.
+
+Mask codes (see `pagedmla.masks`): null 0, causal 1, sliding_window_causal 2, sliding_window_noncausal 3,
+chunked 4, chunked_causal 5. Every mask leaves each query row a contiguous interval of visible keys, so the
+kernels work with that interval (two compares per element, and whole key blocks outside it are skipped).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def dot(a, b, acc, INTERPRET: tl.constexpr, IEEE: tl.constexpr):
+    """`acc + a @ b` with a float32 accumulator.
+
+    The CPU interpreter returns garbage for bf16 operands, so it upcasts them; float32 operands (IEEE) ask
+    for full float32 products instead of TF32 on the GPU.
+    """
+    if INTERPRET:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
+    elif IEEE:
+        return tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        return tl.dot(a, b, acc)
+
+
+@triton.jit
+def visible_range(q_pos, num_keys, mask_code, window):
+    """Visible keys `[lo, hi)` of queries at absolute positions `q_pos` (any shape) among `num_keys` keys."""
+    causal = (mask_code == 1) | (mask_code == 2) | (mask_code == 5)
+    sliding = (mask_code == 2) | (mask_code == 3)
+    chunked = (mask_code == 4) | (mask_code == 5)
+    w = tl.maximum(window, 1)
+    lo = tl.zeros_like(q_pos)
+    lo = tl.where(sliding, q_pos - w + 1, lo)
+    lo = tl.where(chunked, (q_pos // w) * w, lo)
+    hi = tl.zeros_like(q_pos) + num_keys
+    hi = tl.where(chunked, tl.minimum(hi, (q_pos // w + 1) * w), hi)
+    hi = tl.where(causal, tl.minimum(hi, q_pos + 1), hi)
+    return tl.maximum(lo, 0), hi
+
+
+@triton.jit
+def mask_visible(q_pos, k_pos, num_keys, mask_code, window):
+    """Elementwise visibility of key positions to query positions (broadcasting), per `pagedmla.masks`."""
+    lo, hi = visible_range(q_pos, num_keys, mask_code, window)
+    return (k_pos >= lo) & (k_pos < hi)
+
+
+@triton.jit
+def ragged_search(offsets_ptr, x, batch, STEPS: tl.constexpr, DIV: tl.constexpr, ADD: tl.constexpr):
+    """The b in [0, batch) with `v(b) <= x < v(b + 1)`, where `v(i) = offsets[i] // DIV + i * ADD` is
+    non-decreasing; `batch` when `x >= v(batch)`. x may be a scalar or a tensor.
+
+    DIV=1, ADD=0 finds the sequence of a ragged row. `STEPS >= batch.bit_length()` bisection steps: a constexpr,
+    because with NumPy >= 2.4 the interpreter cannot take a runtime loop bound; converged steps load nothing.
+    """
+    lo = x * 0 + 1
+    hi = x * 0 + batch + 1
+    for _ in range(STEPS):
+        active = lo < hi
+        mid = (lo + hi) // 2
+        v = tl.load(offsets_ptr + mid, mask=active, other=0)
+        if DIV != 1:
+            v = v // DIV
+        v = v + mid * ADD
+        lo = tl.where(active & (v <= x), mid + 1, lo)
+        hi = tl.where(active & (v > x), mid, hi)
+    return lo - 1

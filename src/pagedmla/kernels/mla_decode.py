@@ -1,0 +1,302 @@
+"""MLA decode kernels: the split-KV scheduler, the dense attention kernel and the combine kernel.
+
+Work decomposition. The rows of sequence b are its `n_b * H` (query token, head) pairs, flattened as
+`i = s * H + h`; a program owns one tile of `BLOCK_M` consecutive rows, so every cache row it reads serves all
+heads (and all query tokens) of the tile. Along the keys, the scheduler (`_mla_decode_plan_kernel`, once per
+step) lays every sequence's key blocks end to end, each sequence preceded by a fixed cost, and cuts the line
+into `num_workers` equal spans; worker w processes its span for every row tile (grid `num_workers * num_tiles`).
+A sequence that one worker covers whole is written straight to `out`; a piece of a split sequence goes to a
+partial slot (`2w` for the worker's first sequence, `2w + 1` for its last) as a normalized output and its LSE,
+and `_mla_decode_combine_kernel` merges the pieces by LSE.
+
+Schedule (int32 `[1 + W + B, 4]`, written by the plan kernel, read by the others):
+    row 0: granularity (keys per block), payload (cost per worker), total cost, W
+    row 1 + w: worker w: first sequence, its first key, last sequence, the key it stops before
+        (last sequence == B: runs to the end of the batch)
+    row 1 + W + b: sequence b: first worker, last worker, partial slot of the first worker, 0
+        (workers -1 for a sequence without query tokens; the 0 is read by the main kernel as an opaque zero)
+
+Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave the kernels in natural log.
+"""
+
+import triton
+import triton.language as tl
+
+from .common import dot, visible_range
+
+LOG2E = tl.constexpr(1.4426950408889634)
+LN2 = tl.constexpr(0.6931471805599453)
+
+
+@triton.jit
+def _sequence_costs(offsets_ptr, cache_lengths_ptr, b, batch, granularity, fixed_cost):
+    """Cost of sequences `b` (a block of indices): key blocks plus the fixed cost; 0 without query tokens."""
+    ok = b < batch
+    start = tl.load(offsets_ptr + b, mask=ok, other=0)
+    count = tl.load(offsets_ptr + b + 1, mask=ok, other=0) - start
+    keys = tl.load(cache_lengths_ptr + b, mask=ok, other=0) + count
+    return tl.where(ok & (count > 0), (keys + granularity - 1) // granularity + fixed_cost, 0)
+
+
+@triton.jit
+def _mla_decode_plan_kernel(
+    offsets_ptr, cache_lengths_ptr, schedule_ptr,
+    batch, num_workers, granularity, fixed_cost,
+    BLOCK_B: tl.constexpr, BLOCK_W: tl.constexpr,
+):
+    """Program p fills the rows of workers `[p * BLOCK_W, (p + 1) * BLOCK_W)`; program 0 also fills the header
+    and the sequence rows. Worker w owns the cost span `[w * payload, (w + 1) * payload)`."""
+    pid = tl.program_id(0)
+    ob = tl.arange(0, BLOCK_B)
+    total = 0
+    b0 = 0
+    while b0 < batch:
+        total += tl.sum(_sequence_costs(offsets_ptr, cache_lengths_ptr, b0 + ob, batch, granularity, fixed_cost), 0)
+        b0 += BLOCK_B
+    payload = tl.maximum((total + num_workers - 1) // num_workers, 1)
+
+    w = pid * BLOCK_W + tl.arange(0, BLOCK_W)
+    x_start = w * payload
+    x_end = x_start + payload
+    # sequences that end at or before x, and their summed cost: the sequence holding x and where it starts
+    n_start = tl.zeros([BLOCK_W], dtype=tl.int32)
+    c_start = tl.zeros([BLOCK_W], dtype=tl.int32)
+    n_end = tl.zeros([BLOCK_W], dtype=tl.int32)
+    c_end = tl.zeros([BLOCK_W], dtype=tl.int32)
+    carry = 0
+    b0 = 0
+    while b0 < batch:
+        b = b0 + ob
+        cost = _sequence_costs(offsets_ptr, cache_lengths_ptr, b, batch, granularity, fixed_cost)
+        ends = tl.cumsum(cost, 0) + carry
+        ok = b < batch
+        done = ok[None, :] & (ends[None, :] <= x_start[:, None])
+        n_start += tl.sum(done.to(tl.int32), 1)
+        c_start += tl.sum(tl.where(done, cost[None, :], 0), 1)
+        done = ok[None, :] & (ends[None, :] <= x_end[:, None])
+        n_end += tl.sum(done.to(tl.int32), 1)
+        c_end += tl.sum(tl.where(done, cost[None, :], 0), 1)
+        if pid == 0:
+            begins = ends - cost
+            first = (begins + fixed_cost) // payload
+            last = (ends - 1) // payload
+            # the first worker's piece is its first sequence (slot 2w) only if its span starts inside b
+            slot = 2 * first + (first * payload < begins).to(tl.int32)
+            has = cost > 0
+            row = schedule_ptr + (1 + num_workers + b) * 4
+            tl.store(row, tl.where(has, first, -1), mask=ok)
+            tl.store(row + 1, tl.where(has, last, -1), mask=ok)
+            tl.store(row + 2, tl.where(has, slot, -1), mask=ok)
+            tl.store(row + 3, tl.zeros_like(b), mask=ok)
+        carry += tl.sum(cost, 0)
+        b0 += BLOCK_B
+
+    start_block = tl.maximum(x_start - c_start - fixed_cost, 0)
+    end_block = tl.maximum(x_end - c_end - fixed_cost, 0)
+    w_ok = w < num_workers
+    row = schedule_ptr + (1 + w) * 4
+    tl.store(row, n_start, mask=w_ok)
+    tl.store(row + 1, tl.where(n_start < batch, start_block * granularity, 0), mask=w_ok)
+    tl.store(row + 2, n_end, mask=w_ok)
+    tl.store(row + 3, tl.where(n_end < batch, end_block * granularity, 0), mask=w_ok)
+    if pid == 0:
+        head = tl.arange(0, 4)
+        tl.store(schedule_ptr + head,
+                 tl.where(head == 0, granularity, tl.where(head == 1, payload, tl.where(head == 2, total, num_workers))))
+
+
+@triton.jit
+def _attend_block(acc, m_i, l_i, q_nope, q_rope, k0, key_hi, vis_lo, vis_hi,
+                  blocks_ptr, lookup_row_ptr, layer_offset, page_size, stride_blk_b, stride_blk_s, qk_scale,
+                  KV_LORA_RANK: tl.constexpr, ROPE_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_IN_PAGE: tl.constexpr, INTERPRET: tl.constexpr, IEEE: tl.constexpr):
+    """One block of BLOCK_N keys starting at k0 (a multiple of BLOCK_N): online softmax update of
+    (acc, m_i, l_i). BLOCK_IN_PAGE: page_size is a multiple of BLOCK_N, so the block is one run of rows."""
+    offs_n = k0 + tl.arange(0, BLOCK_N)
+    # keys past the tile's interval are never loaded: the lookup table past a sequence's pages and the cache
+    # slots past N_b hold garbage, and zeroed V lanes keep NaN out of the products
+    k_ok = offs_n < key_hi
+    if BLOCK_IN_PAGE:
+        # one table entry per block (k0 < key_hi <= N_b: a used page), no per-key division
+        block = tl.load(lookup_row_ptr + k0 // page_size)
+        row = (block.to(tl.int64) * stride_blk_b + (k0 % page_size).to(tl.int64) * stride_blk_s + layer_offset
+               + tl.arange(0, BLOCK_N).to(tl.int64) * stride_blk_s)
+    else:
+        block = tl.load(lookup_row_ptr + offs_n // page_size, mask=k_ok, other=0)
+        row = block.to(tl.int64) * stride_blk_b + (offs_n % page_size).to(tl.int64) * stride_blk_s + layer_offset
+    k_nope = tl.load(blocks_ptr + row[:, None] + tl.arange(0, KV_LORA_RANK)[None, :], mask=k_ok[:, None],
+                     other=0.0)  # [BLOCK_N, KV_LORA_RANK], also V
+    k_rope = tl.load(blocks_ptr + row[:, None] + KV_LORA_RANK + tl.arange(0, ROPE_DIM)[None, :],
+                     mask=k_ok[:, None], other=0.0)
+    k_nope = k_nope.to(q_nope.dtype)
+    k_rope = k_rope.to(q_nope.dtype)
+    s = dot(q_nope, tl.trans(k_nope), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), INTERPRET, IEEE)
+    s = dot(q_rope, tl.trans(k_rope), s, INTERPRET, IEEE)
+    vis = (offs_n[None, :] >= vis_lo[:, None]) & (offs_n[None, :] < vis_hi[:, None])
+    s = tl.where(vis, s * qk_scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    # rows that have seen no key yet keep m = -inf; shift them by 0 so exp2 gives 0, not NaN
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = dot(p.to(k_nope.dtype), k_nope, acc * alpha[:, None], INTERPRET, IEEE)
+    return acc, m_new, l_i
+
+
+@triton.jit(do_not_specialize=["batch", "num_heads", "num_tiles", "layer_idx", "page_size", "mask_code", "window"])
+def _mla_decode_kernel(
+    q_ptr, out_ptr, lse_ptr, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, schedule_ptr, sink_ptr,
+    part_out_ptr, part_lse_ptr,
+    batch, num_heads, num_workers, num_tiles, layer_idx, page_size, mask_code, window, qk_scale,
+    stride_q_t, stride_q_h, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_lt_b,
+    stride_blk_b, stride_blk_l, stride_blk_s, stride_po_s, stride_po_r, stride_pl_s,
+    KV_LORA_RANK: tl.constexpr, ROPE_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_SINK: tl.constexpr, BLOCK_IN_PAGE: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """Program (worker w, row tile t): the tile's rows against the keys of w's span, sequence by sequence."""
+    pid = tl.program_id(0)
+    w = pid // num_tiles
+    t = pid % num_tiles
+    sched = schedule_ptr + (1 + w) * 4
+    first_seq = tl.load(sched)
+    first_key = tl.load(sched + 1)
+    last_seq = tl.load(sched + 2)
+    stop_key = tl.load(sched + 3)
+    offs_m = t * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, KV_LORA_RANK)
+    offs_r = tl.arange(0, ROPE_DIM)
+    layer_offset = layer_idx.to(tl.int64) * stride_blk_l
+
+    b = first_seq
+    while b <= tl.minimum(last_seq, batch - 1):
+        row_start = tl.load(offsets_ptr + b)
+        num_q = tl.load(offsets_ptr + b + 1) - row_start
+        num_keys = tl.load(cache_lengths_ptr + b) + num_q
+        seg_lo = tl.where(b == first_seq, first_key, 0)
+        seg_hi = tl.where(b == last_seq, tl.minimum(stop_key, num_keys), num_keys)
+        if (t * BLOCK_M < num_q * num_heads) & (seg_lo < seg_hi):
+            m_ok = offs_m < num_q * num_heads
+            tok = offs_m // num_heads
+            head = offs_m % num_heads
+            vis_lo, vis_hi = visible_range(num_keys - num_q + tok, num_keys, mask_code, window)
+            vis_lo = tl.maximum(vis_lo, seg_lo)
+            vis_hi = tl.where(m_ok, tl.minimum(vis_hi, seg_hi), 0)
+            vis_lo = tl.where(m_ok, vis_lo, num_keys)
+            # the tile needs only the keys some row sees: skip whole blocks outside them (blocks start on
+            # multiples of BLOCK_N; keys below a row's interval are real rows of b, masked out)
+            key_lo = tl.min(vis_lo, 0)
+            key_lo -= key_lo % BLOCK_N
+            key_hi = tl.max(vis_hi, 0)
+
+            # an opaque zero (column 3 of the sequence's schedule row) keeps the compiler from hoisting the
+            # tile-sized address arithmetic of the stores out of the sequence loop, where it would hold registers
+            zero = tl.load(schedule_ptr + (1 + num_workers + b) * 4 + 3)
+            q_row = (row_start + tok).to(tl.int64) * stride_q_t + head.to(tl.int64) * stride_q_h
+            q_nope = tl.load(q_ptr + q_row[:, None] + offs_d[None, :], mask=m_ok[:, None], other=0.0)
+            q_rope = tl.load(q_ptr + q_row[:, None] + KV_LORA_RANK + offs_r[None, :], mask=m_ok[:, None], other=0.0)
+            if IEEE:
+                q_nope = q_nope.to(tl.float32)
+                q_rope = q_rope.to(tl.float32)
+            lookup_row = lookup_ptr + b.to(tl.int64) * stride_lt_b
+            acc = tl.zeros([BLOCK_M, KV_LORA_RANK], dtype=tl.float32)
+            m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+            l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+            if INTERPRET:
+                # the interpreter takes no runtime bounds in range()
+                k0 = key_lo
+                while k0 < key_hi:
+                    acc, m_i, l_i = _attend_block(
+                        acc, m_i, l_i, q_nope, q_rope, k0, key_hi, vis_lo, vis_hi, blocks_ptr, lookup_row, layer_offset,
+                        page_size, stride_blk_b, stride_blk_s, qk_scale, KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N,
+                        BLOCK_IN_PAGE, INTERPRET, IEEE)
+                    k0 += BLOCK_N
+            else:
+                for k0 in range(key_lo, key_hi, BLOCK_N):
+                    acc, m_i, l_i = _attend_block(
+                        acc, m_i, l_i, q_nope, q_rope, k0, key_hi, vis_lo, vis_hi, blocks_ptr, lookup_row, layer_offset,
+                        page_size, stride_blk_b, stride_blk_s, qk_scale, KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N,
+                        BLOCK_IN_PAGE, INTERPRET, IEEE)
+
+            has = l_i > 0
+            lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * LN2, float("-inf"))
+            if (seg_lo == 0) & (seg_hi == num_keys):
+                # the whole sequence is here: finish (the sink joins the denominator only) and write out
+                denom = l_i
+                if HAS_SINK:
+                    sink = tl.load(sink_ptr + head, mask=m_ok, other=float("-inf")) * LOG2E
+                    denom += tl.exp2(sink - tl.where(has, m_i, 0.0))
+                inv = tl.where(has, 1.0 / tl.where(has, denom, 1.0), 0.0)
+                o_row = (row_start + tok).to(tl.int64) * stride_o_t + head.to(tl.int64) * stride_o_h
+                tl.store(out_ptr + o_row[:, None] + offs_d[None, :], (acc * inv[:, None]).to(out_ptr.dtype.element_ty),
+                         mask=m_ok[:, None])
+                tl.store(lse_ptr + (row_start + tok).to(tl.int64) * stride_lse_t + head * stride_lse_h, lse, mask=m_ok)
+            else:
+                slot = (2 * w + (b != first_seq).to(tl.int32)).to(tl.int64)
+                inv = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
+                tl.store(part_out_ptr + slot * stride_po_s + (offs_m + zero)[:, None].to(tl.int64) * stride_po_r
+                         + offs_d[None, :], acc * inv[:, None], mask=m_ok[:, None])
+                tl.store(part_lse_ptr + slot * stride_pl_s + offs_m, lse, mask=m_ok)
+        b += 1
+
+
+@triton.jit(do_not_specialize=["batch", "num_heads", "num_workers"])
+def _mla_decode_combine_kernel(
+    out_ptr, lse_ptr, offsets_ptr, schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr,
+    batch, num_heads, num_workers,
+    stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
+    BLOCK_R: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_P: tl.constexpr, HAS_SINK: tl.constexpr,
+):
+    """Program (sequence b, rows block, columns block): merge the pieces of a split sequence by LSE.
+
+    Piece 0 is the first worker's slot from the schedule, piece k > 0 is slot `2 * (first + k)` (a later worker
+    starts inside b, so b is its first sequence). Sequences done by one worker were written by the main kernel.
+    """
+    b = tl.program_id(0)
+    offs_m = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_d = tl.program_id(2) * BLOCK_DV + tl.arange(0, BLOCK_DV)
+    seq = schedule_ptr + (1 + num_workers + b) * 4
+    first = tl.load(seq)
+    num_pieces = tl.load(seq + 1) - first + 1
+    first_slot = tl.load(seq + 2)
+    row_start = tl.load(offsets_ptr + b)
+    num_rows = (tl.load(offsets_ptr + b + 1) - row_start) * num_heads
+    if (num_pieces > 1) & (tl.program_id(1) * BLOCK_R < num_rows):
+        m_ok = offs_m < num_rows
+        offs_p = tl.arange(0, BLOCK_P)
+        acc = tl.zeros([BLOCK_R, BLOCK_DV], dtype=tl.float32)
+        m_i = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
+        p0 = 0
+        while p0 < num_pieces:
+            piece = p0 + offs_p
+            p_ok = piece < num_pieces
+            slot = tl.where(piece == 0, first_slot, 2 * (first + piece)).to(tl.int64)
+            ok = p_ok[:, None] & m_ok[None, :]
+            lse_p = tl.load(part_lse_ptr + slot[:, None] * stride_pl_s + offs_m[None, :], mask=ok,
+                            other=float("-inf"))  # [BLOCK_P, BLOCK_R]
+            o_p = tl.load(part_out_ptr + slot[:, None, None] * stride_po_s
+                          + offs_m[None, :, None].to(tl.int64) * stride_po_r + offs_d[None, None, :],
+                          mask=ok[:, :, None], other=0.0)  # [BLOCK_P, BLOCK_R, BLOCK_DV]
+            m_new = tl.maximum(m_i, tl.max(lse_p, 0))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp(m_i - m_safe)
+            weight = tl.exp(lse_p - m_safe[None, :])
+            l_i = l_i * alpha + tl.sum(weight, 0)
+            acc = acc * alpha[:, None] + tl.sum(weight[:, :, None] * o_p, 0)
+            m_i = m_new
+            p0 += BLOCK_P
+        has = l_i > 0
+        lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
+        inv = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
+        tok = offs_m // num_heads
+        head = offs_m % num_heads
+        if HAS_SINK:
+            # e^lse / (e^lse + e^sink): a +inf sink gives 0
+            sink = tl.load(sink_ptr + head, mask=m_ok, other=float("-inf"))
+            inv = tl.where(has, inv / (1.0 + tl.exp(sink - tl.where(has, lse, 0.0))), 0.0)
+        o_row = (row_start + tok).to(tl.int64) * stride_o_t + head.to(tl.int64) * stride_o_h
+        tl.store(out_ptr + o_row[:, None] + offs_d[None, :], (acc * inv[:, None]).to(out_ptr.dtype.element_ty),
+                 mask=m_ok[:, None])
+        if tl.program_id(2) == 0:
+            tl.store(lse_ptr + (row_start + tok).to(tl.int64) * stride_lse_t + head * stride_lse_h, lse, mask=m_ok)

@@ -1,0 +1,184 @@
+"""Host launchers of the Triton MLA decode (registered in `ops/decode.py`): the plan and the dense decode.
+
+`plan` builds the split-KV schedule on the device (one small kernel, no host sync) and returns a `DecodePlan`
+whose `num_partitions` is the number of workers and whose `schedule` is the int32 table documented in
+`pagedmla.kernels.mla_decode`. `decode` runs the attention kernel over a grid of `num_partitions * num_tiles`
+programs, where `num_tiles = cdiv(max_seq_length * num_heads, block_m)`: host ints only, so a captured CUDA
+graph replays with new lengths, lookup tables and schedules as long as the batch size, `max_seq_length` (an
+upper bound of every `n_b`) and the worker count stay the same. `refresh_plan` refills a plan's schedule in
+place for the next step (what a graph replay needs). Inputs were validated by the public functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+import triton
+
+from ..configs.decode import (
+    CombineConfig,
+    DecodeConfig,
+    DecodePlanConfig,
+    combine_heuristic,
+    heuristic,
+    plan_heuristic,
+)
+from ..kernels.mla_decode import (
+    _mla_decode_combine_kernel,
+    _mla_decode_kernel,
+    _mla_decode_plan_kernel,
+)
+from ._dispatch import interpreter_enabled
+from .decode import DecodePlan
+
+# logits are scaled by scale * log2(e) so the kernels use exp2
+_LOG2E = 1.0 / math.log(2.0)
+_PLAN_BLOCK_B = 64
+_PLAN_BLOCK_W = 64
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def plan_config(*, batch: int, num_heads: int, max_q: int, max_keys: int, device: torch.device,
+                num_partitions: int | None = None) -> DecodePlanConfig:
+    """The schedule parameters `plan` uses (num_partitions, when given, fixes the worker count)."""
+    cfg = plan_heuristic(batch=batch, num_heads=num_heads, max_q=max_q, max_keys=max_keys,
+                         num_sms=_num_sms(device), interpret=interpreter_enabled())
+    if num_partitions is not None:
+        cfg = dataclasses.replace(cfg, num_workers=num_partitions)
+    return cfg
+
+
+def fill_schedule(schedule: torch.Tensor, input_row_offsets: torch.Tensor, cache_lengths: torch.Tensor,
+                  cfg: DecodePlanConfig) -> None:
+    """Write the schedule of `cfg.num_workers` workers for this step into `schedule` (int32 `[1 + W + B, 4]`)."""
+    batch = cache_lengths.shape[0]
+    grid = (triton.cdiv(cfg.num_workers, _PLAN_BLOCK_W),)
+    _mla_decode_plan_kernel[grid](
+        input_row_offsets, cache_lengths, schedule, batch, cfg.num_workers, cfg.granularity, cfg.fixed_cost,
+        BLOCK_B=_PLAN_BLOCK_B, BLOCK_W=_PLAN_BLOCK_W, num_warps=4)
+
+
+def plan(input_row_offsets, kv_collection, num_heads: int, num_partitions: int | None, max_q: int,
+         max_keys: int) -> DecodePlan:
+    """`mla_decode_plan` for the Triton backend: schedule `num_partitions` workers (None: the heuristic's)."""
+    batch = kv_collection.batch_size
+    device = kv_collection.device
+    cfg = plan_config(batch=batch, num_heads=num_heads, max_q=max_q, max_keys=max_keys, device=device,
+                      num_partitions=num_partitions)
+    schedule = torch.empty((1 + cfg.num_workers + batch, 4), dtype=torch.int32, device=device)
+    fill_schedule(schedule, input_row_offsets, kv_collection.cache_lengths, cfg)
+    args = torch.tensor([batch, max_q, cfg.num_workers, max_keys], dtype=torch.int32, device=device)
+    return DecodePlan(args, batch, max_q, cfg.num_workers, schedule, "triton")
+
+
+def refresh_plan(plan_: DecodePlan, input_row_offsets: torch.Tensor, kv_collection) -> None:
+    """Refill `plan_` in place for a new step of the same batch size (e.g. before replaying a CUDA graph that
+    captured a decode with it). Every `n_b` must stay within `plan_.max_seq_length`."""
+    if plan_.backend != "triton":
+        raise ValueError(f"Invalid plan: expected a plan built for backend 'triton', got {plan_.backend!r}")
+    if kv_collection.batch_size != plan_.batch_size:
+        raise ValueError(f"Invalid kv_collection: expected batch size {plan_.batch_size} (the plan's), "
+                         f"got {kv_collection.batch_size}")
+    cfg = plan_config(batch=plan_.batch_size, num_heads=1, max_q=plan_.max_seq_length, max_keys=1,
+                      device=kv_collection.device, num_partitions=plan_.num_partitions)
+    fill_schedule(plan_.schedule, input_row_offsets, kv_collection.cache_lengths, cfg)
+
+
+def _check_dims(q, blocks, out, qk_rope_head_dim: int) -> tuple[int, int]:
+    kv_lora_rank = out.shape[-1]
+    rope = blocks.shape[-1] - kv_lora_rank
+    for name, value in (("kv_lora_rank", kv_lora_rank), ("qk_rope_head_dim", rope)):
+        if value < 16 or value & (value - 1):
+            raise ValueError(f"Invalid {name} for the Triton decode: expected a power of two >= 16, got {value} "
+                             f"(use backend='reference')")
+    if rope != qk_rope_head_dim or q.shape[-1] != blocks.shape[-1]:
+        raise ValueError(f"Invalid shape of q: expected last dimension {blocks.shape[-1]} "
+                         f"(kv_lora_rank {kv_lora_rank} + qk_rope_head_dim {qk_rope_head_dim}), got {q.shape[-1]}")
+    return kv_lora_rank, rope
+
+
+def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx: int, scale: float,
+                  mask_code: int, window: int, out, lse, schedule, *, max_seq_length: int, attn_sink=None,
+                  qk_rope_head_dim: int = 64, config: DecodeConfig | None = None,
+                  combine_config: CombineConfig | None = None) -> None:
+    """Run the dense decode with a built schedule; fills `out` `[T, H, kv_lora_rank]` and `lse` `[T, H]`.
+
+    Allocates only the float32 partial results of split sequences (`[2W, rows, kv_lora_rank]`, sized by host
+    ints), and nothing when the schedule has a single worker.
+    """
+    num_rows, num_heads = q.shape[0], q.shape[1]
+    batch = cache_lengths.shape[0]
+    num_workers = schedule.shape[0] - 1 - batch
+    if num_rows == 0 or batch == 0 or num_heads == 0:
+        return
+    kv_lora_rank, rope = _check_dims(q, blocks, out, qk_rope_head_dim)
+    interpret = interpreter_enabled()
+    max_q = max(1, max_seq_length)
+    cfg = config or heuristic(num_heads=num_heads, max_q=max_q, kv_lora_rank=kv_lora_rank, rope_dim=rope,
+                              q_dtype=q.dtype, cache_dtype=blocks.dtype, batch=batch, interpret=interpret)
+    ieee = torch.float32 in (q.dtype, blocks.dtype) or q.dtype != blocks.dtype
+    max_rows = max_q * num_heads
+    num_tiles = triton.cdiv(max_rows, cfg.block_m)
+    split = num_workers > 1
+    rows_pad = num_tiles * cfg.block_m if split else 1
+    part_out = torch.empty((2 * num_workers if split else 1, rows_pad, kv_lora_rank if split else 1),
+                           dtype=torch.float32, device=q.device)
+    part_lse = torch.empty((part_out.shape[0], rows_pad), dtype=torch.float32, device=q.device)
+    sink = attn_sink if attn_sink is not None else lse
+    _mla_decode_kernel[(num_workers * num_tiles,)](
+        q, out, lse, blocks, input_row_offsets, cache_lengths, lookup_table, schedule, sink, part_out, part_lse,
+        batch, num_heads, num_workers, num_tiles, layer_idx, blocks.shape[3], mask_code, window, scale * _LOG2E,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), lookup_table.stride(0),
+        blocks.stride(0), blocks.stride(2), blocks.stride(3), part_out.stride(0), part_out.stride(1),
+        part_lse.stride(0),
+        KV_LORA_RANK=kv_lora_rank, ROPE_DIM=rope, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+        HAS_SINK=attn_sink is not None, BLOCK_IN_PAGE=blocks.shape[3] % cfg.block_n == 0, IEEE=ieee,
+        INTERPRET=interpret, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if split:
+        ccfg = combine_config or combine_heuristic(num_workers=num_workers, batch=batch,
+                                                   kv_lora_rank=kv_lora_rank, interpret=interpret)
+        block_dv = min(ccfg.block_dv, kv_lora_rank)
+        grid = (batch, triton.cdiv(max_rows, ccfg.block_r), kv_lora_rank // block_dv)
+        _mla_decode_combine_kernel[grid](
+            out, lse, input_row_offsets, schedule, sink, part_out, part_lse, batch, num_heads, num_workers,
+            out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), part_out.stride(0), part_out.stride(1),
+            part_lse.stride(0),
+            BLOCK_R=ccfg.block_r, BLOCK_DV=block_dv, BLOCK_P=ccfg.block_p, HAS_SINK=attn_sink is not None,
+            num_warps=ccfg.num_warps)
+
+
+def decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
+           mask_code: int, window: int, num_partitions: int, out, lse, *, plan_args=None, plan_schedule=None,
+           max_seq_length: int = 1, fold_shared_index: bool = False, q_scale=None, rope_aware: bool = False,
+           qk_rope_head_dim: int = 64, indices=None, topk_lengths=None, attn_sink=None, extra_blocks=None,
+           extra_scales=None, extra_indices=None, extra_topk_lengths=None) -> None:
+    """The launcher the custom op calls (same arguments as the reference, plus the plan's tensors).
+
+    Handles the dense path (every mask, any n_b, sinks, LSE, bf16/fp16/fp32). A `num_partitions` that differs
+    from the plan's worker count gets a fresh schedule built here on the device.
+    """
+    unsupported = [name for name, value in (
+        ("indices", indices), ("extra_blocks", extra_blocks), ("scales (FP8 cache)", scales),
+        ("q_scale (FP8 q)", q_scale)) if value is not None]
+    if rope_aware:
+        unsupported.append("per_token_scale_rope_aware")
+    if unsupported:
+        raise NotImplementedError(f"pagedmla.mla_decode_kv_cache_ragged: the Triton kernel does not support "
+                                  f"{unsupported} yet; use backend='reference'")
+    batch = cache_lengths.shape[0]
+    schedule = plan_schedule
+    if schedule is None or schedule.dim() != 2 or schedule.shape[0] - 1 - batch != num_partitions:
+        cfg = plan_config(batch=batch, num_heads=q.shape[1], max_q=max_seq_length, max_keys=1, device=q.device,
+                          num_partitions=num_partitions)
+        schedule = torch.empty((1 + cfg.num_workers + batch, 4), dtype=torch.int32, device=q.device)
+        fill_schedule(schedule, input_row_offsets, cache_lengths, cfg)
+    launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx, scale, mask_code, window,
+                  out, lse, schedule, max_seq_length=max_seq_length, attn_sink=attn_sink,
+                  qk_rope_head_dim=qk_rope_head_dim)

@@ -1,0 +1,359 @@
+"""The Triton MLA decode (plan, dense kernel, combine) against the float32 reference.
+
+CPU tier: the Triton interpreter at tiny sizes (64 latent + 16 rope, a few heads), float32 and low precision,
+every mask, multi-token decode with n_b = 0, sinks, LSE, page sizes 1/3/16, split schedules, the schedule's
+invariants, and one case at DeepSeek's 576/512. GPU tier (`-m gpu`): DeepSeek shapes in bf16 at 16, 20 and 128
+heads, page sizes 1/64/128, and a CUDA-graph replay with new lengths, tables and inputs.
+Caches come from `make_paged_batch` (NaN in unused slots, shuffled tables, huge ids past the used pages);
+outputs are pre-filled with NaN so an unwritten row shows.
+"""
+
+import itertools
+import math
+
+import pytest
+import torch
+
+import pagedmla as pm
+from pagedmla.cache import KVCacheParams, PagedKVCacheCollection
+from pagedmla.configs.decode import DecodeConfig
+from pagedmla.masks import visible
+from pagedmla.ops import _triton_decode
+from pagedmla.ops._dispatch import interpreter_enabled
+from pagedmla.testing import assert_close, assert_close_to_reference, make_paged_batch
+
+LATENT, ROPE = 64, 16
+HEAD = LATENT + ROPE
+SCALE = 0.3
+MASKS = [("null", -1), ("causal", -1), ("sliding_window_causal", 3), ("sliding_window_noncausal", 5),
+         ("chunked", 4), ("chunked_causal", 4)]
+
+
+def as_float32(kv):
+    """The same cache with float32 blocks (the reference's input for a low-precision kernel)."""
+    p = kv.params
+    params = KVCacheParams(p.num_heads, p.head_size, p.is_mla, p.page_size, p.num_layers, torch.float32)
+    return PagedKVCacheCollection(kv.blocks.float(), kv.cache_lengths, kv.lookup_table, params,
+                                  max_seq_length=kv.max_seq_length, max_cache_length=kv.max_cache_length)
+
+
+def reference(pb, q, mask="causal", window=-1, sink=None, rope=ROPE):
+    return pm.mla_decode_kv_cache_ragged(q.float(), pb.input_row_offsets, as_float32(pb.kv), 1, SCALE, mask=mask,
+                                         local_window_size=window, return_lse=True, attn_sink=sink,
+                                         qk_rope_head_dim=rope, backend="reference")
+
+
+def lowprec_reference(pb, q, ref_lse, mask="causal", window=-1, sink=None, rope=ROPE):
+    """The reference's math with the kernel's roundings: softmax weights and the output in q's dtype (rows
+    have a visible key in dense decode, so the row max is finite)."""
+    dt = q.dtype
+    latent = q.shape[-1] - rope
+    out = torch.zeros(q.shape[0], q.shape[1], latent, device=q.device)
+    offs = pb.input_row_offsets.tolist()
+    for b in range(len(offs) - 1):
+        g0, g1 = offs[b], offs[b + 1]
+        if g1 == g0:
+            continue
+        keys = pb.dense_rows(b, 1)[:, 0].float()
+        n = keys.shape[0]
+        q_pos = torch.arange(n - (g1 - g0), n, device=q.device).view(-1, 1, 1)
+        vis = visible(q_pos, torch.arange(n, device=q.device).view(1, 1, -1), n, pm.MASKS[mask], max(window, 0))
+        logits = SCALE * torch.einsum("shd,nd->shn", q[g0:g1].float(), keys).masked_fill(~vis, float("-inf"))
+        # like the kernel: weights relative to the row max are rounded, their float32 sum is not
+        weights = torch.exp(logits - logits.amax(-1, keepdim=True))
+        o = (weights.to(dt).float() @ keys[:, :latent]) / weights.sum(-1, keepdim=True)
+        if sink is not None:
+            o = o * torch.sigmoid(ref_lse[g0:g1] - sink).unsqueeze(-1)
+        out[g0:g1] = o
+    return out.to(dt)
+
+
+def run_triton(pb, q, *, mask="causal", window=-1, sink=None, parts=None, plan=None, rope=ROPE):
+    out = torch.full((q.shape[0], q.shape[1], q.shape[2] - rope), float("nan"), dtype=q.dtype, device=q.device)
+    got, lse = pm.mla_decode_kv_cache_ragged(q, pb.input_row_offsets, pb.kv, 1, SCALE, mask=mask,
+                                             local_window_size=window, output=out, return_lse=True,
+                                             attn_sink=sink, num_partitions=parts, plan=plan,
+                                             qk_rope_head_dim=rope, backend="triton")
+    assert got is out
+    return got, lse
+
+
+def check_fp32(got, lse, want, want_lse, atol=2e-5):
+    assert_close(got, want, atol=atol, rtol=1e-5)
+    assert_close(lse, want_lse, atol=atol, rtol=1e-5, name="lse")
+
+
+def check_lowprec(pb, q, got, lse, want, want_lse, *, mask="causal", window=-1, sink=None, rope=ROPE):
+    low = lowprec_reference(pb, q, want_lse, mask, window, sink, rope)
+    # one rounding step of the output's largest values on top of twice the emulated error
+    assert_close_to_reference(got, want, low, eps=torch.finfo(q.dtype).eps * float(want.abs().max()))
+    assert_close(lse, want_lse, atol=1e-3, rtol=1e-4, name="lse")
+
+
+def batch(cache, new, *, heads=4, page_size=3, dtype=torch.float32, seed=0, head_size=HEAD, device="cpu"):
+    pb = make_paged_batch(cache, new, head_size=head_size, page_size=page_size, dtype=dtype, num_layers=2,
+                          seed=seed, device=device)
+    gen = torch.Generator().manual_seed(seed + 1)
+    q = torch.randn(pb.num_rows, heads, head_size, generator=gen).to(dtype).to(device)
+    return pb, q
+
+
+# ---------------------------------------------------------------------------------------------- CPU tier
+
+# CPU tensors need the interpreter; on a GPU machine the gpu tier covers the kernels instead
+cpu_tier = pytest.mark.skipif(torch.cuda.is_available() and not interpreter_enabled(),
+                              reason="interpreter tier (CPU tensors); the gpu tier runs on this machine")
+
+
+@cpu_tier
+@pytest.mark.parametrize("mask,window", MASKS)
+def test_every_mask_with_multi_token_decode(mask, window):
+    pb, q = batch([5, 0, 20, 9], [2, 1, 3, 0], seed=3)
+    got, lse = run_triton(pb, q, mask=mask, window=window)
+    check_fp32(got, lse, *reference(pb, q, mask, window))
+
+
+@cpu_tier
+@pytest.mark.parametrize("cache,new,page_size", [
+    pytest.param([0, 1, 2, 3], [1, 1, 1, 1], 1, id="B4-ps1"),
+    pytest.param([2, 3, 4, 7], [1, 2, 1, 1], 3, id="B4-page-edges-ps3"),
+    pytest.param([15, 16, 0, 30], [1, 1, 4, 3], 16, id="B4-page-edges-ps16"),
+])
+def test_page_sizes(cache, new, page_size):
+    pb, q = batch(cache, new, page_size=page_size, seed=5)
+    got, lse = run_triton(pb, q)
+    check_fp32(got, lse, *reference(pb, q))
+
+
+@cpu_tier
+@pytest.mark.parametrize("parts", [1, 2, 3, 7])
+@pytest.mark.parametrize("mask,window", [("causal", -1), ("sliding_window_causal", 6)])
+def test_split_schedules_match_unsplit(parts, mask, window):
+    # keys 45 / 3 / 38 at 16-key blocks: workers start and stop inside sequences and pack short ones
+    pb, q = batch([43, 0, 35], [2, 3, 3], page_size=4, seed=7)
+    sink = torch.tensor([0.5, -1.0, 2.0, 0.0])
+    got, lse = run_triton(pb, q, mask=mask, window=window, parts=parts, sink=sink)
+    want, want_lse = reference(pb, q, mask, window, sink)
+    check_fp32(got, lse, want, want_lse)
+    if parts > 1:
+        one, one_lse = run_triton(pb, q, mask=mask, window=window, parts=1, sink=sink)
+        check_fp32(got, lse, one, one_lse)
+
+
+@cpu_tier
+@pytest.mark.parametrize("parts", [1, 3], ids=["whole", "split"])
+def test_sinks(parts):
+    pb, q = batch([30, 2], [1, 2], seed=11)
+    sink = torch.tensor([float("inf"), float("-inf"), 0.7, -3.0])
+    got, lse = run_triton(pb, q, sink=sink, parts=parts)
+    want, want_lse = reference(pb, q, sink=sink)
+    check_fp32(got, lse, want, want_lse)
+    assert bool((got[:, 0] == 0).all()), "a +inf sink must give output 0"
+    assert bool(torch.isfinite(lse).all()), "the sink must not enter the LSE"
+
+
+@cpu_tier
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_low_precision(dtype):
+    pb, q = batch([21, 4, 0], [1, 3, 2], dtype=dtype, page_size=16, seed=13)
+    sink = torch.tensor([0.1, 1.0, -1.0, 2.0])
+    got, lse = run_triton(pb, q, sink=sink, parts=2)
+    want, want_lse = reference(pb, q, sink=sink)
+    check_lowprec(pb, q, got, lse, want, want_lse, sink=sink)
+
+
+@cpu_tier
+def test_float32_q_with_bf16_cache():
+    pb, q = batch([9, 17], [2, 1], dtype=torch.bfloat16, seed=17)
+    q = q.float()
+    got, lse = run_triton(pb, q)
+    check_fp32(got, lse, *reference(pb, q), atol=1e-4)
+
+
+@cpu_tier
+def test_deepseek_dims():
+    pb, q = batch([37, 3], [1, 2], heads=2, head_size=576, page_size=16, dtype=torch.bfloat16, seed=19)
+    got, lse = run_triton(pb, q, parts=2, rope=64)
+    want, want_lse = reference(pb, q, rope=64)
+    check_lowprec(pb, q, got, lse, want, want_lse, rope=64)
+
+
+@cpu_tier
+@pytest.mark.parametrize("heads,new,block_m", [
+    pytest.param(4, [6, 1, 0], 16, id="H4-q6-three-tiles"),
+    pytest.param(5, [3, 2, 1], 16, id="H5-odd-heads-tile-straddles-tokens"),
+])
+def test_row_tiles(heads, new, block_m):
+    pb, q = batch([10, 33, 4], new, heads=heads, seed=23)
+    plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=heads, num_partitions=3, backend="triton")
+    out = torch.full((q.shape[0], heads, LATENT), float("nan"))
+    lse = torch.full((q.shape[0], heads), float("nan"))
+    cfg = DecodeConfig(block_m=block_m, block_n=16, num_warps=1, num_stages=1)
+    _triton_decode.launch_decode(q, pb.input_row_offsets, pb.kv.blocks, pb.kv.cache_lengths, pb.kv.lookup_table,
+                                 1, SCALE, pm.MASKS["chunked_causal"], 5, out, lse, plan.schedule,
+                                 max_seq_length=max(new), qk_rope_head_dim=ROPE, config=cfg)
+    check_fp32(out, lse, *reference(pb, q, "chunked_causal", 5))
+
+
+@cpu_tier
+def test_refresh_plan_in_place():
+    pb, _ = batch([12, 40], [2, 1], seed=29)
+    plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=4, num_partitions=3, backend="triton")
+    pb2, q2 = batch([33, 1], [1, 2], seed=31)
+    assert pm.mla_decode_plan(pb2.input_row_offsets, pb2.kv, num_heads=4, out=plan) is plan
+    got, lse = run_triton(pb2, q2, plan=plan)
+    check_fp32(got, lse, *reference(pb2, q2))
+
+
+def simulate_schedule(schedule, cache, new, workers):
+    """Which keys each worker covers per sequence, from the schedule's worker rows."""
+    batch_size = len(cache)
+    rows = schedule.tolist()
+    cover = {b: [] for b in range(batch_size)}
+    for w in range(workers):
+        first, first_key, last, stop_key = rows[1 + w]
+        for b in range(first, min(last, batch_size - 1) + 1):
+            if new[b] == 0:
+                continue
+            n = cache[b] + new[b]
+            lo = first_key if b == first else 0
+            hi = min(stop_key, n) if b == last else n
+            if lo < hi:
+                cover[b].append((w, lo, hi))
+    return cover
+
+
+@cpu_tier
+@pytest.mark.parametrize("workers", [1, 2, 5, 9, 70])
+def test_schedule_covers_every_key_once(workers):
+    cache = [40, 0, 3, 100, 7, 0, 64]
+    new = [1, 0, 2, 3, 1, 1, 0]
+    pb = make_paged_batch(cache, new, head_size=HEAD, page_size=16, seed=37)
+    plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=4, num_partitions=workers,
+                              backend="triton")
+    assert plan.num_partitions == workers and tuple(plan.schedule.shape) == (1 + workers + len(cache), 4)
+    cover = simulate_schedule(plan.schedule, cache, new, workers)
+    rows = plan.schedule.tolist()
+    for b, pieces in cover.items():
+        n = cache[b] + new[b]
+        first, last, slot, zero = rows[1 + workers + b]
+        assert zero == 0
+        if new[b] == 0:
+            assert (first, last, slot) == (-1, -1, -1) and pieces == []
+            continue
+        keys = sorted((lo, hi) for _, lo, hi in pieces)
+        assert keys[0][0] == 0 and keys[-1][1] == n, (b, keys)
+        assert all(a[1] == c[0] for a, c in itertools.pairwise(keys)), (b, keys)
+        assert [w for w, _, _ in pieces] == list(range(first, last + 1)), (b, pieces, first, last)
+        w0_first_seq = rows[1 + first][0]
+        assert slot == 2 * first + (0 if w0_first_seq == b else 1)
+
+
+@cpu_tier
+def test_unsupported_dims_raise():
+    pb, q = batch([3], [1], head_size=72, seed=41)
+    with pytest.raises(ValueError, match="qk_rope_head_dim"):
+        run_triton(pb, q, rope=8)
+
+
+# ---------------------------------------------------------------------------------------------- GPU tier
+
+GPU_CASES = [
+    pytest.param(16, 64, [1000, 0, 63, 4000, 129], [1, 1, 1, 1, 1], id="H16-ps64-q1"),
+    pytest.param(16, 1, [70, 3, 300], [2, 4, 0], id="H16-ps1-mtp"),
+    pytest.param(128, 128, [2000, 127, 5, 700], [1, 2, 1, 3], id="H128-ps128-mtp"),
+    pytest.param(20, 64, [517, 64, 1], [1, 1, 1], id="H20-ps64-odd-heads"),
+    pytest.param(20, 128, [300, 20], [3, 1], id="H20-ps128-mtp"),
+    # batches above 16 take the 64-key tiles at 128 heads
+    pytest.param(128, 64, [(37 * i) % 700 for i in range(20)], [1 + i % 2 for i in range(20)],
+                 id="H128-ps64-B20-mtp"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads,page_size,cache,new", GPU_CASES)
+@pytest.mark.parametrize("mask,window", [("causal", -1), ("null", -1), ("sliding_window_causal", 100),
+                                         ("sliding_window_noncausal", 37), ("chunked", 64),
+                                         ("chunked_causal", 50)])
+def test_gpu_deepseek_shapes(heads, page_size, cache, new, mask, window):
+    pb, q = batch(cache, new, heads=heads, head_size=576, page_size=page_size, dtype=torch.bfloat16, seed=43,
+                  device="cuda")
+    sink = (torch.randn(heads, generator=torch.Generator().manual_seed(3)) if mask == "causal" else None)
+    sink = None if sink is None else sink.cuda()
+    got, lse = run_triton(pb, q, mask=mask, window=window, sink=sink, rope=64)
+    want, want_lse = reference(pb, q, mask, window, sink, rope=64)
+    check_lowprec(pb, q, got, lse, want, want_lse, mask=mask, window=window, sink=sink, rope=64)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("parts", [1, 5, 200])
+def test_gpu_partitions(parts):
+    pb, q = batch([3000, 10, 1500], [1, 2, 1], heads=16, head_size=576, page_size=64, dtype=torch.bfloat16,
+                  seed=47, device="cuda")
+    got, lse = run_triton(pb, q, parts=parts, rope=64)
+    want, want_lse = reference(pb, q, rope=64)
+    check_lowprec(pb, q, got, lse, want, want_lse, rope=64)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("q_dtype,cache_dtype", [(torch.float16, torch.float16), (torch.float32, torch.bfloat16)],
+                         ids=["fp16", "fp32-q-bf16-cache"])
+def test_gpu_other_dtypes(q_dtype, cache_dtype):
+    pb, q = batch([800, 5, 64], [1, 3, 2], heads=16, head_size=576, page_size=64, dtype=cache_dtype, seed=49,
+                  device="cuda")
+    q = q.to(q_dtype)
+    got, lse = run_triton(pb, q, rope=64)
+    want, want_lse = reference(pb, q, rope=64)
+    if q_dtype == torch.float32:
+        check_fp32(got, lse, want, want_lse, atol=1e-4)
+    else:
+        check_lowprec(pb, q, got, lse, want, want_lse, rope=64)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [16, 128])
+def test_gpu_cuda_graph_replay(heads):
+    """Capture one decode step, then replay it with new lengths, tables, cache contents and queries."""
+    steps = [([500, 31, 2000], [1, 2, 1]), ([900, 3, 64], [2, 1, 1]), ([0, 1500, 7], [1, 1, 2])]
+    page_size, max_q, rows = 64, 2, 4
+    first = make_paged_batch(*steps[0], head_size=576, page_size=page_size, dtype=torch.bfloat16, seed=53,
+                             device="cuda", spare_blocks=80, spare_table_columns=40)
+    kv = first.kv.replace(max_seq_length=max_q)
+    static_q = torch.randn(rows, heads, 576, device="cuda").to(torch.bfloat16)
+    out = torch.full((rows, heads, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
+    plan = pm.mla_decode_plan(first.input_row_offsets, kv, num_heads=heads, backend="triton")
+    call = {"mask": "causal", "output": out, "plan": plan, "return_lse": True, "backend": "triton"}
+    pm.mla_decode_kv_cache_ragged(static_q, first.input_row_offsets, kv, 1, SCALE, **call)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _, lse = pm.mla_decode_kv_cache_ragged(static_q, first.input_row_offsets, kv, 1, SCALE, **call)
+    for i, (cache, new) in enumerate(steps):
+        pb = make_paged_batch(cache, new, head_size=576, page_size=page_size, dtype=torch.bfloat16, seed=59 + i,
+                              device="cuda", spare_blocks=80, spare_table_columns=40)
+        assert pb.kv.blocks.shape[0] <= kv.blocks.shape[0]
+        assert pb.kv.lookup_table.shape[1] <= kv.lookup_table.shape[1]
+        kv.blocks.fill_(float("nan"))
+        kv.blocks[: pb.kv.blocks.shape[0]].copy_(pb.kv.blocks)
+        kv.lookup_table.fill_(2**30)
+        kv.lookup_table[:, : pb.kv.lookup_table.shape[1]].copy_(pb.kv.lookup_table)
+        kv.cache_lengths.copy_(pb.kv.cache_lengths)
+        first.input_row_offsets.copy_(pb.input_row_offsets)
+        static_q.copy_(torch.randn(rows, heads, 576, device="cuda").to(torch.bfloat16))
+        pm.mla_decode_plan(first.input_row_offsets, kv, num_heads=heads, out=plan)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        pb_view = type(pb)(kv, first.input_row_offsets, list(cache), list(new))
+        want, want_lse = reference(pb_view, static_q, rope=64)
+        check_lowprec(pb_view, static_q, out, lse, want, want_lse, rope=64)
+
+
+@cpu_tier
+def test_reference_helpers_agree():
+    """The low-precision oracle equals the reference when nothing is rounded (guards the tolerance helper)."""
+    pb, q = batch([6, 11], [2, 1], seed=61)
+    want, want_lse = reference(pb, q, "chunked", 4)
+    low = lowprec_reference(pb, q, want_lse, "chunked", 4)
+    assert_close(low, want, atol=1e-5)
+    assert math.isfinite(float(want_lse.min()))
