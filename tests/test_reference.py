@@ -337,17 +337,20 @@ def test_sparse_row_with_no_valid_index_gives_zero_and_minus_inf():
     assert torch.isneginf(lse[0]).all() and torch.isfinite(lse[1]).all()
 
 
-@pytest.mark.parametrize("granularity", [16, 64, 80, 48])
+@pytest.mark.parametrize("granularity", [16, 64, 80, 48, 36])
 def test_fp8_cache_decode_equals_decode_of_dequantized_cache(granularity):
     from pagedmla.reference import dequantize_rows
 
     pb = make_paged_batch([7, 2], [1, 2], head_size=HEAD, page_size=4, seed=17, poison=False)
     q8 = pm.quantize_kv_cache(pb.kv, granularity)
-    deq = pb.kv.replace(blocks=dequantize_rows(q8.blocks, q8.scales))
+    deq = pb.kv.replace(blocks=dequantize_rows(q8.blocks, q8.scales, granularity=granularity))
     q = torch.randn(pb.num_rows, 2, HEAD)
     got = pm.mla_decode_kv_cache_ragged(q, pb.input_row_offsets, q8, 0, 0.3, qk_rope_head_dim=ROPE, **REF)
     want = pm.mla_decode_kv_cache_ragged(q, pb.input_row_offsets, deq, 0, 0.3, qk_rope_head_dim=ROPE, **REF)
     assert_close(got, want, atol=1e-6, rtol=1e-5)
+    # the dequantized cache is within FP8 error of the original: a wrong group size would not be
+    rel = (deq.blocks - pb.kv.blocks).abs() / pb.kv.blocks.abs().amax(-1, keepdim=True).clamp_min(1e-6)
+    assert float(rel.max()) < 0.07
 
 
 def test_rope_aware_fp8_row_with_fp8_q():

@@ -158,7 +158,8 @@ def decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, la
            mask_code: int, window: int, num_partitions: int, out, lse, *, plan_args=None, plan_schedule=None,
            max_seq_length: int = 1, fold_shared_index: bool = False, q_scale=None, rope_aware: bool = False,
            qk_rope_head_dim: int = 64, indices=None, topk_lengths=None, attn_sink=None, extra_blocks=None,
-           extra_scales=None, extra_indices=None, extra_topk_lengths=None) -> None:
+           extra_scales=None, extra_indices=None, extra_topk_lengths=None, quant_granularity: int = 0,
+           extra_quant_granularity: int = 0) -> None:
     """The launcher the custom op calls (same arguments as the reference, plus the plan's tensors).
 
     Handles the dense path (every mask, any n_b, sinks, LSE, bf16/fp16/fp32). A `num_partitions` that differs

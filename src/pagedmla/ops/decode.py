@@ -103,11 +103,13 @@ def _decode_op(q: Tensor, input_row_offsets: Tensor, blocks: Tensor, cache_lengt
                attn_sink: Tensor | None, extra_blocks: Tensor | None, extra_scales: Tensor | None,
                extra_indices: Tensor | None, extra_topk_lengths: Tensor | None, layer_idx: int, scale: float,
                mask_code: int, window: int, num_partitions: int, max_seq_length: int, rope_aware: bool,
-               qk_rope_head_dim: int, fold_shared_index: bool, backend: str) -> None:
+               qk_rope_head_dim: int, fold_shared_index: bool, quant_granularity: int,
+               extra_quant_granularity: int, backend: str) -> None:
     fn = _dispatch.impl("mla_sparse_decode" if indices is not None else "mla_decode_kv_cache_ragged", backend)
     common = dict(q_scale=q_scale, rope_aware=rope_aware, qk_rope_head_dim=qk_rope_head_dim, indices=indices,
                   topk_lengths=topk_lengths, attn_sink=attn_sink, extra_blocks=extra_blocks,
-                  extra_scales=extra_scales, extra_indices=extra_indices, extra_topk_lengths=extra_topk_lengths)
+                  extra_scales=extra_scales, extra_indices=extra_indices, extra_topk_lengths=extra_topk_lengths,
+                  quant_granularity=quant_granularity, extra_quant_granularity=extra_quant_granularity)
     if backend == "triton":
         fn(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code, window,
            num_partitions, out, lse, plan_args=plan_args, plan_schedule=plan_schedule,
@@ -230,6 +232,7 @@ def mla_decode_kv_cache_ragged(q: Tensor, input_row_offsets: Tensor, kv_collecti
         raise ValueError("Invalid indices: expected int32 [T, topk] with topk_lengths, extra_k or "
                          "fold_shared_index, got None")
     extra_blocks = extra_scales = None
+    extra_granularity = 0
     if extra_k is not None:
         ek = check_collection(extra_k, layer_idx, mla=True, name="extra_k")
         want = (kv.params.head_size, kv.params.dtype, kv.params.per_token_scale_rope_aware)
@@ -244,6 +247,7 @@ def mla_decode_kv_cache_ragged(q: Tensor, input_row_offsets: Tensor, kv_collecti
         _check_sparse("extra_indices", extra_indices, extra_topk_lengths, "extra_topk_lengths", num_rows, batch,
                       kv.device, input_row_offsets, ek.num_blocks * ek.page_size)
         extra_blocks, extra_scales = ek.blocks, ek.scales
+        extra_granularity = ek.params.quantization_granularity or 0
     elif extra_indices is not None or extra_topk_lengths is not None:
         raise ValueError("Invalid extra_k: expected a PagedKVCacheCollection with extra_indices, got None")
     if attn_sink is not None:
@@ -277,5 +281,6 @@ def mla_decode_kv_cache_ragged(q: Tensor, input_row_offsets: Tensor, kv_collecti
         q, input_row_offsets, kv.blocks, kv.cache_lengths, kv.lookup_table, kv.scales, plan.scalar_args,
         plan.schedule, output, lse, q_scale, indices, topk_lengths, attn_sink, extra_blocks, extra_scales,
         extra_indices, extra_topk_lengths, layer_idx, scale, code, window, parts, plan.max_seq_length,
-        per_token_scale_rope_aware, qk_rope_head_dim, fold_shared_index, chosen)
+        per_token_scale_rope_aware, qk_rope_head_dim, fold_shared_index, kv.params.quantization_granularity or 0,
+        extra_granularity, chosen)
     return (output, lse) if return_lse else output

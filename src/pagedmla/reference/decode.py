@@ -19,7 +19,7 @@ def _query_rows(q, q_scale, rope_aware: bool, qk_rope_head_dim: int) -> torch.Te
     return q.float() * row_scale
 
 
-def _sparse_keys(blocks, scales, layer_idx, idx, count, rope_aware, qk_rope_head_dim):
+def _sparse_keys(blocks, scales, granularity, layer_idx, idx, count, rope_aware, qk_rope_head_dim):
     """Keys `[n, topk, D]` and validity `[n, topk]` of physical indices; -1, out-of-pool ids and columns past
     `count` are invalid and read as zeros."""
     page_size = blocks.shape[3]
@@ -27,7 +27,7 @@ def _sparse_keys(blocks, scales, layer_idx, idx, count, rope_aware, qk_rope_head
     ok = (idx >= 0) & (idx < blocks.shape[0] * page_size) & (cols < count)
     safe = torch.where(ok, idx, torch.zeros_like(idx)).long()
     keys = gather_physical(blocks, scales, layer_idx, 0, safe // page_size, safe % page_size,
-                           rope_aware=rope_aware, qk_rope_head_dim=qk_rope_head_dim)[:, :, 0]
+                           granularity=granularity, rope_aware=rope_aware, qk_rope_head_dim=qk_rope_head_dim)[:, :, 0]
     return torch.where(ok.unsqueeze(-1), keys, torch.zeros_like(keys)), ok
 
 
@@ -35,7 +35,8 @@ def mla_decode_kv_cache_ragged(q, input_row_offsets, blocks, cache_lengths, look
                                scale: float, mask_code: int, window: int, num_partitions: int, out, lse, *,
                                q_scale=None, rope_aware: bool = False, qk_rope_head_dim: int = 64, indices=None,
                                topk_lengths=None, attn_sink=None, extra_blocks=None, extra_scales=None,
-                               extra_indices=None, extra_topk_lengths=None) -> None:
+                               extra_indices=None, extra_topk_lengths=None, quant_granularity: int = 0,
+                               extra_quant_granularity: int = 0) -> None:
     """Absorbed MLA decode; writes out `[T, H, kv_lora_rank]` and lse `[T, H]` (float32, sink excluded).
 
     Dense: keys are the cache rows `[0, N_b)` of the query's sequence under the mask at `q = L_b + s`.
@@ -58,17 +59,20 @@ def mla_decode_kv_cache_ragged(q, input_row_offsets, blocks, cache_lengths, look
             num_keys = lens[b] + (g1 - g0)
             k_pos = torch.arange(num_keys, device=q.device)
             block, slot, _ = page_slots(lookup_table, b, k_pos, page_size)
-            keys = gather_physical(blocks, scales, layer_idx, 0, block, slot, rope_aware=rope_aware,
+            keys = gather_physical(blocks, scales, layer_idx, 0, block, slot, granularity=quant_granularity,
+                                   rope_aware=rope_aware,
                                    qk_rope_head_dim=qk_rope_head_dim)[:, 0]
             q_pos = torch.arange(lens[b], lens[b] + g1 - g0, device=q.device).view(-1, 1)
             vis = visible(q_pos, k_pos.view(1, -1), num_keys, mask_code, window)
             logits = scale * torch.einsum("shd,nd->shn", qb, keys)
             values = keys[:, :kv_lora_rank]
         else:
-            keys, vis = _sparse_keys(blocks, scales, layer_idx, indices[g0:g1], int(topk_lengths[b]),
+            keys, vis = _sparse_keys(blocks, scales, quant_granularity, layer_idx, indices[g0:g1],
+                                     int(topk_lengths[b]),
                                      rope_aware, qk_rope_head_dim)
             if extra_indices is not None:
-                ek, ev = _sparse_keys(extra_blocks, extra_scales, layer_idx, extra_indices[g0:g1],
+                ek, ev = _sparse_keys(extra_blocks, extra_scales, extra_quant_granularity, layer_idx,
+                                      extra_indices[g0:g1],
                                       int(extra_topk_lengths[b]), rope_aware, qk_rope_head_dim)
                 keys, vis = torch.cat([keys, ek], dim=1), torch.cat([vis, ev], dim=1)
             logits = scale * torch.einsum("shd,snd->shn", qb, keys)

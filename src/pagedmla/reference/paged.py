@@ -15,11 +15,12 @@ def sequence_of_rows(input_row_offsets: torch.Tensor, num_rows: int) -> tuple[to
     return seq, rows - offs[seq]
 
 
-def dequantize_rows(rows: torch.Tensor, row_scales: torch.Tensor | None, *, rope_aware: bool = False,
-                    qk_rope_head_dim: int = 64) -> torch.Tensor:
+def dequantize_rows(rows: torch.Tensor, row_scales: torch.Tensor | None, *, granularity: int | None = None,
+                    rope_aware: bool = False, qk_rope_head_dim: int = 64) -> torch.Tensor:
     """Rows of a cache (or FP8 q) as float32.
 
-    Plain FP8: element d is `x[d] * scale[d // G]`. Rope-aware row: `head_size - 2*R` e4m3 latent bytes times
+    Plain FP8: element d is `x[d] * scale[d // G]` with `G = granularity` (needed when G does not divide the
+    row: 576 with G = 128 and with G = 116 both have 5 scales; None means G divides it). Rope-aware row: `head_size - 2*R` e4m3 latent bytes times
     the row's single scale, then R bf16 rope values stored in the last `2*R` bytes (not scaled).
     """
     if row_scales is None:
@@ -29,8 +30,12 @@ def dequantize_rows(rows: torch.Tensor, row_scales: torch.Tensor | None, *, rope
         latent = rows[..., : rows.shape[-1] - rope_bytes].float() * row_scales[..., :1]
         rope = rows[..., rows.shape[-1] - rope_bytes:].contiguous().view(torch.bfloat16).float()
         return torch.cat([latent, rope], dim=-1)
-    group = -(-rows.shape[-1] // row_scales.shape[-1])
-    return rows.float() * row_scales.repeat_interleave(group, dim=-1)[..., : rows.shape[-1]]
+    width = rows.shape[-1]
+    group = granularity if granularity else width // row_scales.shape[-1]
+    if -(-width // group) != row_scales.shape[-1]:
+        raise ValueError(f"Invalid scales: expected ceil({width} / {group}) = {-(-width // group)} scales per row "
+                         f"for granularity {group}, got {row_scales.shape[-1]}")
+    return rows.float() * row_scales.repeat_interleave(group, dim=-1)[..., :width]
 
 
 def quantize_rows(x: torch.Tensor, granularity: int, *, rope_aware: bool = False,
@@ -68,14 +73,15 @@ def page_slots(lookup_table: torch.Tensor, b: torch.Tensor | int, positions: tor
 
 
 def gather_physical(blocks: torch.Tensor, scales: torch.Tensor | None, layer_idx: int, kv: int,
-                    block: torch.Tensor, slot: torch.Tensor, *, rope_aware: bool = False,
-                    qk_rope_head_dim: int = 64) -> torch.Tensor:
+                    block: torch.Tensor, slot: torch.Tensor, *, granularity: int | None = None,
+                    rope_aware: bool = False, qk_rope_head_dim: int = 64) -> torch.Tensor:
     """float32 rows `[..., num_heads, head_size]` at (block, slot); block ids outside the pool read block 0
     (callers mask those keys)."""
     block = torch.where((block >= 0) & (block < blocks.shape[0]), block, torch.zeros_like(block))
     rows = blocks[block, kv, layer_idx, slot]
     row_scales = None if scales is None else scales[block, kv, layer_idx, slot]
-    return dequantize_rows(rows, row_scales, rope_aware=rope_aware, qk_rope_head_dim=qk_rope_head_dim)
+    return dequantize_rows(rows, row_scales, granularity=granularity, rope_aware=rope_aware,
+                           qk_rope_head_dim=qk_rope_head_dim)
 
 
 def store_rows(blocks: torch.Tensor, layer_idx: int, kv: int, block: torch.Tensor, slot: torch.Tensor,

@@ -1,0 +1,85 @@
+"""Launch config of the sparse (top-k) MLA decode kernels and the heuristic that picks it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SparseDecodeConfig:
+    """Tiles of `_mla_sparse_decode_kernel` and `_mla_sparse_decode_combine_kernel`.
+
+    Attributes:
+        block_m: rows (heads, or heads x query tokens with fold_shared_index) per program; every gathered key
+            row serves them all.
+        block_n: indices gathered per iteration of the main loop.
+        num_splits: programs that share one group's index list (1: no partials, no combine kernel).
+        num_warps, num_stages: of the main kernel (num_stages pipelines the gathers).
+        combine_block_r, combine_block_dv, combine_num_warps: rows and output columns per program, and warps, of
+            the combine kernel.
+    """
+
+    block_m: int = 64
+    block_n: int = 64
+    num_splits: int = 1
+    num_warps: int = 8
+    num_stages: int = 2
+    combine_block_r: int = 8
+    combine_block_dv: int = 128
+    combine_num_warps: int = 4
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def block_m_for(rows_per_group: int) -> int:
+    """All of a group's rows when they fit in 64 (16 at least: the MMA's smallest M)."""
+    return min(64, max(16, _pow2_at_least(max(1, rows_per_group))))
+
+
+def splits_for(*, programs: int, index_blocks: int, block_m: int, num_sms: int) -> int:
+    """Split a group's indices when the grid would leave SMs idle: a 64-row program fills an SM alone, smaller
+    ones run two to an SM (measured on H200: 16 heads x 128 tokens did best with 2 splits, 16 heads x 2 tokens
+    x 64 folded sequences with 4). Each split keeps >= 4 index blocks so the partials (written and re-read by
+    the combine) stay small next to the gathered rows."""
+    target = num_sms if block_m >= 64 else 2 * num_sms
+    return max(1, min(target // max(1, programs), index_blocks // 4, 64))
+
+
+def heuristic(*, rows_per_group: int, num_groups: int, topk: int, q_dtype: torch.dtype, cache_dtype: torch.dtype,
+              compute_dtype: torch.dtype, num_sms: int, interpret: bool = False) -> SparseDecodeConfig:
+    """Tiles for one call: the best configs of benchmarks/sparse_probe.py on H200 (register and shared-memory
+    budgets checked with ptxas for sm_90a).
+
+    64-row tiles use Hopper's warpgroup MMA: the `[64, kv_lora_rank]` float32 accumulator takes two warpgroups
+    (8 warps) at kv_lora_rank 512; 64 indices per block, three stages. 16-row tiles: 4 warps, 32 indices, three
+    stages; 32-row tiles: 8 warps, 64 indices, two stages. float32 compute quadruples q's and the blocks'
+    shared memory: at most 32 rows and 16 indices per block.
+    """
+    block_m = block_m_for(rows_per_group)
+    if interpret:
+        return SparseDecodeConfig(block_m=block_m, block_n=16, num_splits=1, num_warps=1, num_stages=1,
+                                  combine_block_r=4, combine_block_dv=32, combine_num_warps=1)
+    if compute_dtype == torch.float32:
+        block_m, block_n, warps, stages = min(block_m, 32), 16, 8 if block_m >= 32 else 4, 2
+    elif block_m >= 64:
+        block_n, warps, stages = 64, 8, 3
+    elif block_m >= 32:
+        block_n, warps, stages = 64, 8, 2
+    else:
+        block_n, warps, stages = 32, 4, 3
+    programs = num_groups * -(-rows_per_group // block_m)
+    splits = splits_for(programs=programs, index_blocks=-(-topk // block_n), block_m=block_m, num_sms=num_sms)
+    return SparseDecodeConfig(block_m=block_m, block_n=block_n, num_splits=splits, num_warps=warps,
+                              num_stages=stages)
+
+
+def search_space(*, rows_per_group: int) -> list[SparseDecodeConfig]:
+    """Configs worth timing for a shape (opt-in tuning; tests never use it)."""
+    block_m = block_m_for(rows_per_group)
+    warps = (8,) if block_m >= 64 else (4, 8)
+    return [SparseDecodeConfig(block_m=block_m, block_n=n, num_splits=s, num_warps=w, num_stages=st)
+            for n in (16, 32, 64) for s in (1, 2, 4) for w in warps for st in (1, 2, 3)]

@@ -1,0 +1,207 @@
+"""Host launcher of the Triton sparse (top-k) MLA decode (registered in `ops/decode.py` as the Triton backend of
+"mla_sparse_decode").
+
+`sparse_decode` takes exactly the arguments the custom op passes to the reference and fills `out`
+`[T, H, kv_lora_rank]` and `lse` `[T, H]`. The grid is sized by host ints only (T, H, the batch size, the index
+columns, `max_seq_length` with `fold_shared_index`), so a captured CUDA graph replays with new indices and
+lengths. It allocates only the float32 partials when a group's indices are split across programs.
+Inputs were validated by the public function; this module checks only what the kernels add (power-of-two
+dimensions, the byte layout of FP8 rows).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from ..configs.sparse_decode import SparseDecodeConfig, heuristic
+from ..kernels.mla_sparse_decode import _mla_sparse_decode_combine_kernel, _mla_sparse_decode_kernel
+from ._dispatch import interpreter_enabled
+
+# logits are scaled by scale * log2(e) so the kernels use exp2
+_LOG2E = 1.0 / math.log(2.0)
+_FP8 = torch.float8_e4m3fn
+_TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
+_MAX_SPLITS = 64
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def compute_dtype(q_dtype: torch.dtype, cache_dtype: torch.dtype, rope_aware: bool) -> torch.dtype:
+    """The dtype of the MMA operands: q's (bf16 for FP8 q) when the cache converts to it exactly (FP8 values,
+    or the same dtype), float32 when either side is float32 or the two 16-bit formats differ."""
+    if torch.float32 in (q_dtype, cache_dtype):
+        return torch.float32
+    qd = torch.bfloat16 if q_dtype == _FP8 else q_dtype
+    if rope_aware and qd != torch.bfloat16:
+        # the rope-aware row stores its rope part as bf16
+        return torch.float32
+    if cache_dtype in (_FP8, qd):
+        return qd
+    if q_dtype == _FP8:
+        # e4m3 values are exact in fp16 too
+        return cache_dtype
+    return torch.float32
+
+
+def _tile_mode(c0: int, width: int, group: int) -> tuple[int, int, int]:
+    """(mode, NG, GS) of the columns `[c0, c0 + width)` under one scale per `group` columns (module docstring of
+    `pagedmla.kernels.mla_sparse_decode`)."""
+    if c0 // group == (c0 + width - 1) // group:
+        return 1, 1, width
+    if _is_pow2(group) and group < width and c0 % group == 0:
+        return 2, width // group, group
+    return 3, 1, width
+
+
+def _stream(blocks, scales, granularity: int, kv_lora_rank: int, rope_dim: int, rope_aware: bool, name: str):
+    """Pointers, strides and scale modes of one cache: (blocks, rope view, scales, strides x 9, G, modes x 6)."""
+    head_size = blocks.shape[-1]
+    if rope_aware:
+        if blocks.dtype != _FP8 or scales is None or head_size != kv_lora_rank + 2 * rope_dim:
+            raise ValueError(f"Invalid {name}: expected float8_e4m3fn rows of {kv_lora_rank + 2 * rope_dim} bytes "
+                             f"with scales (rope-aware), got {blocks.dtype} rows of {head_size}")
+        try:
+            rope = blocks.view(torch.bfloat16)
+        except RuntimeError as err:
+            raise ValueError(f"Invalid layout of {name}: expected rows viewable as bf16 for the rope-aware rope "
+                             f"part, got strides {tuple(blocks.stride())}") from err
+        rope_off = kv_lora_rank // 2
+        # the latent bytes times the row's one scale (column 0 of the scales); the rope part is unscaled
+        group, modes = head_size, (1, 1, kv_lora_rank, 0, 1, rope_dim)
+    else:
+        if head_size != kv_lora_rank + rope_dim:
+            raise ValueError(f"Invalid shape of {name}: expected head_size {kv_lora_rank + rope_dim} "
+                             f"(kv_lora_rank + qk_rope_head_dim), got {head_size}")
+        rope, rope_off = blocks, kv_lora_rank
+        if scales is None:
+            group, modes = head_size, (0, 1, kv_lora_rank, 0, 1, rope_dim)
+        else:
+            group = granularity or head_size // scales.shape[-1]
+            modes = _tile_mode(0, kv_lora_rank, group) + _tile_mode(kv_lora_rank, rope_dim, group)
+    if blocks.stride(-1) != 1 or (scales is not None and scales.stride(-1) != 1):
+        raise ValueError(f"Invalid layout of {name}: expected a contiguous last dimension")
+    sc = scales if scales is not None else blocks
+    strides = (blocks.stride(0), blocks.stride(2), blocks.stride(3), rope.stride(0), rope.stride(2), rope.stride(3),
+               sc.stride(0) if scales is not None else 0, sc.stride(2) if scales is not None else 0,
+               sc.stride(3) if scales is not None else 0)
+    return blocks, rope, sc, strides, rope_off, group, modes
+
+
+def _split_count(num_partitions: int, plan_schedule, batch: int, default: int) -> int:
+    """The config's split unless the caller forced `num_partitions` (a count other than the plan's workers)."""
+    plan_workers = None
+    if plan_schedule is not None and plan_schedule.dim() == 2:
+        plan_workers = plan_schedule.shape[0] - 1 - batch
+    if num_partitions is not None and plan_workers is not None and num_partitions != plan_workers:
+        return max(1, min(int(num_partitions), _MAX_SPLITS))
+    if num_partitions is not None and plan_schedule is None:
+        return max(1, min(int(num_partitions), _MAX_SPLITS))
+    return default
+
+
+def sparse_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
+                  mask_code: int, window: int, num_partitions: int, out, lse, *, plan_args=None, plan_schedule=None,
+                  max_seq_length: int = 1, fold_shared_index: bool = False, q_scale=None, rope_aware: bool = False,
+                  qk_rope_head_dim: int = 64, indices=None, topk_lengths=None, attn_sink=None, extra_blocks=None,
+                  extra_scales=None, extra_indices=None, extra_topk_lengths=None, quant_granularity: int = 0,
+                  extra_quant_granularity: int = 0, config: SparseDecodeConfig | None = None) -> None:
+    """The launcher the custom op calls for sparse decode (same arguments as the reference, plus the plan's).
+
+    Handles every sparse feature: -1 and out-of-pool indices, per-sequence top-k lengths, the extra stream,
+    sinks, bf16/fp16/fp32 and FP8 caches (any granularity, and the rope-aware row), FP8 q with q_scale, and
+    fold_shared_index (one gather per sequence for all its tokens). `num_partitions`, when it differs from the
+    plan's worker count, forces the number of programs that share one index list. `config` overrides the
+    heuristic (tuning only).
+    """
+    if indices is None:
+        raise ValueError("Invalid indices: expected int32 [T, topk] for the sparse decode, got None")
+    if mask_code != 0:
+        raise ValueError(f"Invalid mask: expected 'null' (code 0) for sparse decode, got code {mask_code}")
+    num_rows, num_heads = q.shape[0], q.shape[1]
+    batch = topk_lengths.shape[0]
+    if num_rows == 0 or num_heads == 0 or batch == 0:
+        return
+    kv_lora_rank, rope = out.shape[-1], qk_rope_head_dim
+    for name, value in (("kv_lora_rank", kv_lora_rank), ("qk_rope_head_dim", rope)):
+        if value < 16 or not _is_pow2(value):
+            raise ValueError(f"Invalid {name} for the Triton sparse decode: expected a power of two >= 16, got "
+                             f"{value} (use backend='reference')")
+    if rope_aware and q.dtype == _FP8:
+        if q.shape[-1] != kv_lora_rank + 2 * rope:
+            raise ValueError(f"Invalid shape of q: expected last dimension {kv_lora_rank + 2 * rope} (rope-aware "
+                             f"FP8 row), got {q.shape[-1]}")
+        q_rope, q_rope_off = q.view(torch.bfloat16), kv_lora_rank // 2
+    else:
+        if q.shape[-1] != kv_lora_rank + rope:
+            raise ValueError(f"Invalid shape of q: expected last dimension {kv_lora_rank + rope}, got {q.shape[-1]}")
+        q_rope, q_rope_off = q, kv_lora_rank
+    main = _stream(blocks, scales, quant_granularity, kv_lora_rank, rope, rope_aware, "blocks")
+    has_extra = extra_blocks is not None
+    extra = _stream(extra_blocks, extra_scales, extra_quant_granularity, kv_lora_rank, rope, rope_aware,
+                    "extra_blocks") if has_extra else main
+    x_idx = extra_indices if has_extra else indices
+    x_len = extra_topk_lengths if has_extra else topk_lengths
+
+    interpret = interpreter_enabled()
+    cd = compute_dtype(q.dtype, blocks.dtype, rope_aware)
+    fold = fold_shared_index and max_seq_length > 1
+    rows_per_group = num_heads * max_seq_length if fold else num_heads
+    num_groups = batch if fold else num_rows
+    topk, x_topk = indices.shape[1], x_idx.shape[1] if has_extra else 0
+    cfg = config or heuristic(rows_per_group=rows_per_group, num_groups=num_groups, topk=topk + x_topk,
+                              q_dtype=q.dtype, cache_dtype=blocks.dtype, compute_dtype=cd,
+                              num_sms=_num_sms(q.device), interpret=interpret)
+    splits = _split_count(num_partitions, plan_schedule, batch, cfg.num_splits)
+    num_tiles = triton.cdiv(rows_per_group, cfg.block_m)
+    if splits > 1:
+        part_out = torch.empty((splits, num_rows, num_heads, kv_lora_rank), dtype=torch.float32, device=q.device)
+        part_lse = torch.empty((splits, num_rows, num_heads), dtype=torch.float32, device=q.device)
+    else:
+        part_out = part_lse = lse
+    po_strides = (part_out.stride(0), part_out.stride(1), part_out.stride(2)) if splits > 1 else (0, 0, 0)
+    pl_strides = (part_lse.stride(0), part_lse.stride(1)) if splits > 1 else (0, 0)
+    sink = attn_sink if attn_sink is not None else lse
+    blk, rope_view, sc, strides, rope_off, group, modes = main
+    x_blk, x_rope_view, x_sc, x_strides, _, x_group, x_modes = extra
+    page_size, x_page_size = blk.shape[3], x_blk.shape[3]
+    pool_rows = min(blk.shape[0] * page_size, 2**31 - 1)
+    x_pool_rows = min(x_blk.shape[0] * x_page_size, 2**31 - 1)
+    q_fp8 = q.dtype == _FP8
+    _mla_sparse_decode_kernel[(num_groups * num_tiles, splits)](
+        q, q_rope, q_scale if q_fp8 else q, out, lse, part_out, part_lse, input_row_offsets, sink,
+        indices, topk_lengths, blk, rope_view, sc, x_idx, x_len, x_blk, x_rope_view, x_sc,
+        batch, num_heads, num_tiles, splits, layer_idx, scale * _LOG2E,
+        page_size, pool_rows, topk, x_page_size, x_pool_rows, x_topk,
+        q.stride(0), q.stride(1), q_rope.stride(0), q_rope.stride(1), out.stride(0), out.stride(1),
+        lse.stride(0), lse.stride(1), *po_strides, *pl_strides,
+        indices.stride(0), indices.stride(1), *strides,
+        x_idx.stride(0), x_idx.stride(1), *x_strides,
+        KV_LORA_RANK=kv_lora_rank, ROPE_DIM=rope, Q_ROPE_OFF=q_rope_off, ROPE_OFF=rope_off,
+        G=group, LAT_MODE=modes[0], LAT_NG=modes[1], LAT_GS=modes[2],
+        ROPE_MODE=modes[3], ROPE_NG=modes[4], ROPE_GS=modes[5],
+        X_G=x_group, X_LAT_MODE=x_modes[0], X_LAT_NG=x_modes[1], X_LAT_GS=x_modes[2],
+        X_ROPE_MODE=x_modes[3], X_ROPE_NG=x_modes[4], X_ROPE_GS=x_modes[5],
+        FOLD=fold, HAS_EXTRA=has_extra, HAS_SINK=attn_sink is not None, Q_SCALED=q_fp8,
+        SPLIT_QS=q_fp8 and rope_aware, SPLIT=splits > 1, SEARCH_STEPS=max(1, batch.bit_length()),
+        CD=_TL_DTYPES[cd], BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, INTERPRET=interpret,
+        IEEE=cd == torch.float32, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if splits > 1:
+        block_dv = min(cfg.combine_block_dv, kv_lora_rank)
+        grid = (triton.cdiv(num_rows * num_heads, cfg.combine_block_r), kv_lora_rank // block_dv)
+        _mla_sparse_decode_combine_kernel[grid](
+            out, lse, sink, part_out, part_lse, num_rows * num_heads, num_heads, splits,
+            out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), *po_strides, *pl_strides,
+            BLOCK_R=cfg.combine_block_r, BLOCK_DV=block_dv, BLOCK_S=triton.next_power_of_2(splits),
+            HAS_SINK=attn_sink is not None, INTERPRET=interpret, num_warps=cfg.combine_num_warps)

@@ -1,0 +1,418 @@
+"""The Triton sparse (top-k) MLA decode against the float32 reference (SPEC section 5, "Sparse").
+
+CPU tier: the interpreter at latent 64 + rope 16, on poisoned caches (NaN in every unused slot and spare block),
+shuffled tables, index rows with -1 holes, columns past `topk_lengths` pointing at NaN rows, out-of-pool and
+garbage ids, outputs pre-filled with NaN. GPU tier: DeepSeek-V3.2 shapes (512 + 64, topk 2048, 2 query tokens).
+float32 compute is held to a fixed tolerance; 16-bit compute to twice PyTorch's own bf16 error.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+import torch
+
+import pagedmla as pm
+from pagedmla.reference.attention import apply_sink
+from pagedmla.reference.decode import _query_rows, _sparse_keys
+from pagedmla.reference.decode import mla_decode_kv_cache_ragged as reference_decode
+from pagedmla.reference.paged import dequantize_rows
+from pagedmla.testing import assert_close, assert_close_to_reference, make_paged_batch
+
+FP8 = torch.float8_e4m3fn
+I32 = torch.int32
+
+
+def _physical(pb, b, positions):
+    table = pb.kv.lookup_table[b].tolist()
+    ps = pb.kv.page_size
+    return [table[p // ps] * ps + p % ps for p in positions]
+
+
+def _nan_rows(pb):
+    """Physical rows that hold NaN: every slot of the spare blocks (no table names them)."""
+    ps = pb.kv.page_size
+    used = {int(x) for x in pb.kv.lookup_table.flatten().tolist() if 0 <= int(x) < pb.kv.num_blocks}
+    return [blk * ps + s for blk in range(pb.kv.num_blocks) if blk not in used for s in range(ps)]
+
+
+def _index_rows(pb, topk, lengths, gen, *, shared=False, offsets=None):
+    """int32 `[T, topk]`: per row, distinct positions of its sequence (as physical rows) scattered over the first
+    `lengths[b]` columns with -1 holes; the columns past the length name NaN rows, out-of-pool ids and garbage.
+    `offsets` (default: pb's) are the query rows of each sequence (another batch's, for an extra stream)."""
+    offs = pb.input_row_offsets.tolist() if offsets is None else offsets
+    pool = pb.kv.num_blocks * pb.kv.page_size
+    nan_rows = _nan_rows(pb)
+    junk = [nan_rows[0], 2**30, -7, pool, pool + 123, nan_rows[-1]]
+    idx = torch.tensor([junk[c % len(junk)] for c in range(topk)], dtype=I32).repeat(offs[-1], 1)
+    for b in range(len(offs) - 1):
+        phys = _physical(pb, b, range(pb.totals[b]))
+        n = lengths[b]
+        row = None
+        for g in range(offs[b], offs[b + 1]):
+            if row is None or not shared:
+                row = torch.full((n,), -1, dtype=I32)
+                # leave at least one hole when there is room, so -1 is always exercised
+                k = min(len(phys), max(0, n - 1) if n > 1 else n)
+                pick = torch.randperm(len(phys), generator=gen)[:k]
+                cols = torch.randperm(n, generator=gen)[:k]
+                row[cols] = torch.tensor(phys, dtype=I32)[pick]
+            idx[g, :n] = row
+    return idx
+
+
+def _lowprec(q, q_scale, kv, layer, idx, lengths, extra, scale, sink, rank, rope_aware, rope):
+    """The reference on the kernel's bf16-rounded operands: keys and P rounded to bf16, float32 products and
+    sums, FP8 q's scale applied to the logits, the output rounded to bf16 (the low-precision error)."""
+    if q.dtype == FP8:
+        q_raw = _query_rows(q, torch.ones_like(q_scale), rope_aware, rope)
+        lat_scale = q_scale.view(-1, 1, 1)
+        rope_scale = torch.ones_like(lat_scale) if rope_aware else lat_scale
+    else:
+        q_raw = q.float()
+        lat_scale = rope_scale = torch.ones(q.shape[0], 1, 1)
+    offs = extra["offsets"]
+    out = torch.zeros(q.shape[0], q.shape[1], rank)
+    lse = torch.full(q.shape[:2], float("-inf"))
+    for b in range(len(offs) - 1):
+        g0, g1 = offs[b], offs[b + 1]
+        if g1 == g0:
+            continue
+        keys, vis = _sparse_keys(kv.blocks, kv.scales, kv.params.quantization_granularity, layer, idx[g0:g1],
+                                 int(lengths[b]), rope_aware, rope)
+        if extra.get("kv") is not None:
+            ek, ev = _sparse_keys(extra["kv"].blocks, extra["kv"].scales, extra["kv"].params.quantization_granularity,
+                                  layer, extra["idx"][g0:g1],
+                                  int(extra["lengths"][b]), rope_aware, rope)
+            keys, vis = torch.cat([keys, ek], 1), torch.cat([vis, ev], 1)
+        kb = keys.bfloat16().float()
+        qb = q_raw[g0:g1].bfloat16().float()
+        logits = scale * (torch.einsum("shd,snd->shn", qb[..., :rank], kb[..., :rank]) * lat_scale[g0:g1]
+                          + torch.einsum("shd,snd->shn", qb[..., rank:], kb[..., rank:]) * rope_scale[g0:g1])
+        logits = logits.masked_fill(~vis.unsqueeze(1), float("-inf"))
+        s = torch.logsumexp(logits, -1)
+        p = torch.exp(logits - torch.where(torch.isfinite(s), s, 0.0).unsqueeze(-1)).bfloat16().float()
+        o = torch.einsum("shn,snd->shd", p, kb[..., :rank])
+        if sink is not None:
+            o = apply_sink(o, s, sink)
+        out[g0:g1], lse[g0:g1] = o.bfloat16().float(), s
+    return out, lse
+
+
+def _reference32(q, offsets, kv, layer, scale, kw):
+    """The reference with a float32 output (the public function would round it to q's dtype)."""
+    rank = kv.params.head_size - (2 if kw["per_token_scale_rope_aware"] else 1) * kw["qk_rope_head_dim"]
+    out = torch.empty(q.shape[0], q.shape[1], rank)
+    lse = torch.empty(q.shape[:2])
+    x = kw.get("extra_k")
+    reference_decode(q, offsets, kv.blocks, kv.cache_lengths, kv.lookup_table, kv.scales, layer, scale, 0, -1, 1,
+                     out, lse, q_scale=kw["q_scale"], rope_aware=kw["per_token_scale_rope_aware"],
+                     qk_rope_head_dim=kw["qk_rope_head_dim"], indices=kw["indices"], topk_lengths=kw["topk_lengths"],
+                     attn_sink=kw.get("attn_sink"), extra_blocks=None if x is None else x.blocks,
+                     extra_scales=None if x is None else x.scales, extra_indices=kw.get("extra_indices"),
+                     extra_topk_lengths=kw.get("extra_topk_lengths"),
+                     quant_granularity=kv.params.quantization_granularity or 0,
+                     extra_quant_granularity=0 if x is None else x.params.quantization_granularity or 0)
+    return out, lse
+
+
+LATENT, ROPE = 64, 16
+HEAD = LATENT + ROPE
+
+
+def _quantize_q(qf, rope_aware, gen):
+    """FP8 q and its per-row q_scale (the rope-aware q keeps its rope part as bf16 bytes)."""
+    lat = qf[..., :LATENT] if rope_aware else qf
+    q_scale = lat.abs().amax(dim=(1, 2)) / 448 * (1 + torch.rand(qf.shape[0], generator=gen))
+    q8 = (lat / q_scale.view(-1, 1, 1)).to(FP8)
+    if rope_aware:
+        q8 = torch.cat([q8, qf[..., LATENT:].to(torch.bfloat16).contiguous().view(FP8)], dim=-1)
+    return q8, q_scale
+
+
+def _run(case: dict, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    cache, new, heads, ps, topk = case["cache"], case["new"], case["heads"], case["ps"], case["topk"]
+    pb = make_paged_batch(cache, new, head_size=HEAD, page_size=ps, seed=seed, num_layers=2)
+    lengths = case.get("lengths") or [min(topk, n) for n in pb.totals]
+    idx = _index_rows(pb, topk, lengths, gen, shared=case.get("fold", False))
+    kv = pb.kv
+    fp8, rope_aware = case.get("fp8"), case.get("fp8") == "rope"
+    if fp8 == "rope":
+        kv = pm.quantize_kv_cache(kv, rope_aware=True, qk_rope_head_dim=ROPE)
+    elif fp8 is not None:
+        kv = pm.quantize_kv_cache(kv, fp8)
+    qf = torch.randn(pb.num_rows, heads, HEAD, generator=gen)
+    q_scale = None
+    if case.get("q") == "fp8":
+        q, q_scale = _quantize_q(qf, rope_aware, gen)
+    else:
+        q = qf.to(case.get("q", torch.float32))
+    kw = {"mask": "null", "indices": idx, "topk_lengths": torch.tensor(lengths, dtype=I32), "q_scale": q_scale,
+              "per_token_scale_rope_aware": rope_aware, "qk_rope_head_dim": ROPE, "return_lse": True,
+              "fold_shared_index": case.get("fold", False)}
+    extra = {"offsets": pb.input_row_offsets.tolist()}
+    if case.get("extra"):
+        xps, xg = case["extra"]
+        xb = make_paged_batch([c + n + 3 for c, n in zip(cache, new)], [0] * len(cache), head_size=HEAD,
+                              page_size=xps, seed=seed + 1, num_layers=2)
+        x_topk = 12
+        x_len = [min(x_topk, t) for t in xb.totals]
+        x_idx = _index_rows(xb, x_topk, x_len, gen, shared=case.get("fold", False), offsets=extra["offsets"])
+        xkv = xb.kv
+        if fp8 == "rope":
+            xkv = pm.quantize_kv_cache(xkv, rope_aware=True, qk_rope_head_dim=ROPE)
+        elif fp8 is not None:
+            xkv = pm.quantize_kv_cache(xkv, xg)
+        x_lengths = torch.tensor(x_len, dtype=I32)
+        kw.update(extra_k=xkv, extra_indices=x_idx, extra_topk_lengths=x_lengths)
+        extra.update(kv=xkv, idx=x_idx, lengths=x_lengths)
+    sink = None
+    if case.get("sink"):
+        sink = torch.randn(heads, generator=gen)
+        sink[0] = float("inf") if heads > 2 else sink[0]
+        kw["attn_sink"] = sink
+    out_dtype = torch.bfloat16 if q.dtype == FP8 else q.dtype
+    got = torch.full((pb.num_rows, heads, LATENT), float("nan"), dtype=out_dtype)
+    got, got_lse = pm.mla_decode_kv_cache_ragged(q, pb.input_row_offsets, kv, 1, 0.3, output=got,
+                                                 num_partitions=case.get("splits"), backend="triton", **kw)
+    want, want_lse = _reference32(q, pb.input_row_offsets, kv, 1, 0.3, kw)
+    return {"got": got, "got_lse": got_lse, "want": want, "want_lse": want_lse, "q": q, "q_scale": q_scale, "kv": kv, "idx": idx,
+                "lengths": lengths, "extra": extra, "sink": sink, "rope_aware": rope_aware}
+
+
+def _bf16_eps(want, caches, rope_aware, rope):
+    """The two bf16 roundings the kernel does at other points than the low-precision reference: P before
+    P @ V (at most 2^-9 max|V|, since P's row sums to 1) and the output itself (2^-9 max|out|)."""
+    v_max = 0.0
+    for kv in caches:
+        rows = dequantize_rows(kv.blocks, kv.scales, granularity=kv.params.quantization_granularity,
+                               rope_aware=rope_aware, qk_rope_head_dim=rope)
+        v_max = max(v_max, float(rows[..., : want.shape[-1]].nan_to_num(0.0, 0.0, 0.0).abs().max()))
+    return 2.0**-9 * (v_max + float(want.abs().max()))
+
+
+def _envelope(low, ref, dims):
+    """ref moved by PyTorch's largest bf16 error over `dims` (a row): two implementations round at different
+    points, so their errors do not line up element by element."""
+    err = (low - ref).abs().nan_to_num(0.0)
+    return ref + err.amax(dim=dims, keepdim=True)
+
+
+def _check(r, fp32: bool):
+    if fp32:
+        assert_close(r["got"], r["want"], atol=2e-4, rtol=1e-4)
+        assert_close(r["got_lse"], r["want_lse"], atol=2e-4, rtol=1e-5, name="lse")
+        return
+    low, low_lse = _lowprec(r["q"], r["q_scale"], r["kv"], 1, r["idx"], r["lengths"], r["extra"], 0.3, r["sink"],
+                            LATENT, r["rope_aware"], ROPE)
+    caches = [r["kv"]] + ([r["extra"]["kv"]] if r["extra"].get("kv") is not None else [])
+    eps = _bf16_eps(r["want"], caches, r["rope_aware"], ROPE)
+    assert_close_to_reference(r["got"].float(), r["want"], _envelope(low, r["want"], -1), eps=eps)
+    assert_close_to_reference(r["got_lse"], r["want_lse"], _envelope(low_lse, r["want_lse"], -1), eps=1e-4,
+                              name="lse")
+
+
+def case(id, **kw):
+    return pytest.param(kw, id=id)
+
+
+CPU_CASES = [
+    case("B3-H2-ps1-topk8-mtp", cache=[5, 0, 11], new=[2, 1, 3], heads=2, ps=1, topk=8),
+    case("B3-H4-ps4-topk24", cache=[9, 4, 30], new=[1, 2, 1], heads=4, ps=4, topk=24),
+    case("B2-H3-ps16-topk40-len0", cache=[37, 3], new=[3, 2], heads=3, ps=16, topk=40, lengths=[40, 0]),
+    case("B2-H2-ps4-topk24-split3", cache=[25, 12], new=[2, 1], heads=2, ps=4, topk=24, splits=3),
+    case("B2-H3-ps4-sink-split2", cache=[13, 20], new=[1, 2], heads=3, ps=4, topk=20, sink=True, splits=2),
+    case("B2-H2-ps4-extra-ps2-sink", cache=[10, 17], new=[2, 1], heads=2, ps=4, topk=16, extra=(2, None),
+         sink=True),
+    case("B3-H2-ps4-fold-mtp", cache=[15, 6, 22], new=[3, 1, 2], heads=2, ps=4, topk=20, fold=True),
+    case("B2-H4-ps16-fold-extra-split2", cache=[20, 9], new=[2, 3], heads=4, ps=16, topk=24, fold=True,
+         extra=(4, None), splits=2),
+    case("B2-H2-ps4-fp8-G16", cache=[14, 9], new=[2, 1], heads=2, ps=4, topk=16, fp8=16),
+    case("B2-H2-ps4-fp8-G64-sink", cache=[14, 9], new=[1, 2], heads=2, ps=4, topk=16, fp8=64, sink=True),
+    case("B2-H2-ps1-fp8-G48", cache=[7, 9], new=[2, 1], heads=2, ps=1, topk=12, fp8=48),
+    case("B2-H2-ps4-fp8-G8-extra-G80", cache=[11, 6], new=[1, 2], heads=2, ps=4, topk=12, fp8=8, extra=(2, 80)),
+    case("B2-H3-ps4-rope-aware", cache=[14, 9], new=[2, 1], heads=3, ps=4, topk=16, fp8="rope"),
+    case("B2-H2-ps4-bf16", cache=[14, 19], new=[2, 1], heads=2, ps=4, topk=24, q=torch.bfloat16),
+    case("B2-H2-ps4-fp8q-bf16out", cache=[14, 9], new=[2, 1], heads=2, ps=4, topk=16, q="fp8"),
+    case("B2-H2-ps4-fp8q-fp8-G16", cache=[12, 9], new=[1, 2], heads=2, ps=4, topk=16, q="fp8", fp8=16),
+    case("B2-H2-ps4-fp8q-rope-aware-fold-extra", cache=[12, 9], new=[2, 2], heads=2, ps=4, topk=16, q="fp8",
+         fp8="rope", fold=True, extra=(4, None)),
+    case("B2-H2-ps4-bf16q-rope-aware-split2", cache=[12, 9], new=[2, 1], heads=2, ps=4, topk=16,
+         q=torch.bfloat16, fp8="rope", splits=2),
+]
+
+
+@pytest.mark.parametrize("spec", CPU_CASES)
+def test_sparse_decode_matches_reference(spec):
+    r = _run(spec, seed=zlib.crc32(repr(sorted(spec.items())).encode()) % 1000)
+    _check(r, fp32=r["q"].dtype == torch.float32)
+
+
+def test_rows_without_valid_index_give_zero_and_minus_inf():
+    pb = make_paged_batch([6, 5, 4], [2, 1, 1], head_size=HEAD, page_size=4, seed=3)
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(pb.num_rows, 2, HEAD, generator=gen)
+    idx = _index_rows(pb, 8, [8, 0, 8], gen)
+    idx[0, :] = -1  # every counted entry of token 0 is -1
+    idx[3, :] = -1
+    out = torch.full((pb.num_rows, 2, LATENT), float("nan"))
+    out, lse = pm.mla_decode_kv_cache_ragged(q, pb.input_row_offsets, pb.kv, 0, 0.3, mask="null", indices=idx,
+                                             topk_lengths=torch.tensor([8, 0, 8], dtype=I32),
+                                             attn_sink=torch.tensor([0.5, float("inf")]), output=out,
+                                             return_lse=True, qk_rope_head_dim=ROPE, backend="triton")
+    for g in (0, 2, 3):
+        assert torch.equal(out[g], torch.zeros_like(out[g])), g
+        assert torch.isneginf(lse[g]).all(), g
+    assert torch.isfinite(lse[1]).all() and torch.equal(out[1, 1], torch.zeros_like(out[1, 1]))
+    assert out[1, 0].abs().sum() > 0
+
+
+def test_out_of_pool_ids_inside_the_length_are_skipped():
+    """The public function rejects them; the launcher must still never dereference them."""
+    from pagedmla.ops._triton_sparse_decode import sparse_decode
+    from pagedmla.reference.decode import mla_decode_kv_cache_ragged as reference
+
+    pb = make_paged_batch([10, 7], [1, 2], head_size=HEAD, page_size=4, seed=5)
+    gen = torch.Generator().manual_seed(5)
+    q = torch.randn(pb.num_rows, 2, HEAD, generator=gen)
+    idx = _index_rows(pb, 12, [12, 12], gen)
+    pool = pb.kv.num_blocks * pb.kv.page_size
+    idx[:, 0], idx[:, 5], idx[1, 7] = 2**30, pool, -5
+    lengths = torch.tensor([12, 12], dtype=I32)
+    outs = []
+    for fn in (sparse_decode, reference):
+        out = torch.full((pb.num_rows, 2, LATENT), float("nan"))
+        lse = torch.full((pb.num_rows, 2), float("nan"))
+        fn(q, pb.input_row_offsets, pb.kv.blocks, pb.kv.cache_lengths, pb.kv.lookup_table, None, 0, 0.3, 0, -1, 1,
+           out, lse, qk_rope_head_dim=ROPE, indices=idx, topk_lengths=lengths)
+        outs.append((out, lse))
+    assert_close(outs[0][0], outs[1][0], atol=2e-4, rtol=1e-4)
+    assert_close(outs[0][1], outs[1][1], atol=2e-4, rtol=1e-5, name="lse")
+
+
+def test_fold_shared_index_equals_per_token_rows():
+    spec = {"cache": [18, 7], "new": [3, 2], "heads": 2, "ps": 4, "topk": 16, "fold": True, "sink": True}
+    r = _run(spec, seed=11)
+    kw = {"mask": "null", "indices": r["idx"], "topk_lengths": torch.tensor(r["lengths"], dtype=I32),
+              "attn_sink": r["sink"], "qk_rope_head_dim": ROPE, "return_lse": True, "backend": "triton"}
+    pb_offsets = torch.tensor(r["extra"]["offsets"], dtype=I32)
+    kv = r["kv"]
+    plain, plain_lse = pm.mla_decode_kv_cache_ragged(r["q"], pb_offsets, kv, 1, 0.3, **kw)
+    assert_close(r["got"], plain, atol=1e-5, rtol=1e-5)
+    assert_close(r["got_lse"], plain_lse, atol=1e-5, rtol=1e-6, name="lse")
+
+
+# ---- gpu tier: DeepSeek-V3.2 shapes ----
+
+V32_RANK, V32_ROPE = 512, 64
+
+
+def _v32_case(heads, kv_kind, q_kind, *, fold=False, extra=False, sink=False, seed=0):
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(seed)
+    cache, new = [3000, 5200], [2, 2]
+    topk = 2048
+    pb = make_paged_batch(cache, new, head_size=V32_RANK + V32_ROPE, page_size=64, seed=seed, num_layers=1,
+                          spare_blocks=2, dtype=torch.bfloat16 if kv_kind == "bf16" else torch.float32)
+    lengths = [2048, 1900]
+    idx = _index_rows(pb, topk, lengths, gen, shared=fold)
+    kv = pb.kv
+    rope_aware = kv_kind == "rope"
+    if kv_kind == "rope":
+        kv = pm.quantize_kv_cache(kv, rope_aware=True, qk_rope_head_dim=V32_ROPE)
+    elif kv_kind == "fp8-G64":
+        kv = pm.quantize_kv_cache(kv, 64)
+    qf = torch.randn(pb.num_rows, heads, V32_RANK + V32_ROPE, generator=gen) * 0.5
+    q_scale = None
+    if q_kind == "fp8":
+        lat = qf[..., :V32_RANK] if rope_aware else qf
+        q_scale = lat.abs().amax(dim=(1, 2)) / 448
+        q = (lat / q_scale.view(-1, 1, 1)).to(FP8)
+        if rope_aware:
+            q = torch.cat([q, qf[..., V32_RANK:].bfloat16().contiguous().view(FP8)], dim=-1)
+    else:
+        q = qf.bfloat16()
+    kw = {"mask": "null", "indices": idx, "topk_lengths": torch.tensor(lengths, dtype=I32), "q_scale": q_scale,
+              "per_token_scale_rope_aware": rope_aware, "qk_rope_head_dim": V32_ROPE, "return_lse": True,
+              "fold_shared_index": fold}
+    ex = {"offsets": pb.input_row_offsets.tolist()}
+    if extra:
+        xb = make_paged_batch([300, 200], [0, 0], head_size=V32_RANK + V32_ROPE, page_size=16, seed=seed + 1,
+                              num_layers=1, dtype=torch.bfloat16 if kv_kind == "bf16" else torch.float32)
+        x_idx = _index_rows(xb, 128, [128, 100], gen, shared=fold, offsets=ex["offsets"])
+        xkv = xb.kv
+        if kv_kind == "rope":
+            xkv = pm.quantize_kv_cache(xkv, rope_aware=True, qk_rope_head_dim=V32_ROPE)
+        elif kv_kind == "fp8-G64":
+            xkv = pm.quantize_kv_cache(xkv, 64)
+        x_len = torch.tensor([128, 100], dtype=I32)
+        kw.update(extra_k=xkv, extra_indices=x_idx, extra_topk_lengths=x_len)
+        ex.update(kv=xkv, idx=x_idx, lengths=x_len)
+    sink_t = torch.randn(heads, generator=gen) if sink else None
+    kw["attn_sink"] = sink_t
+    want, want_lse = _reference32(q, pb.input_row_offsets, kv, 0, 0.1, kw)
+    low, low_lse = _lowprec(q, q_scale, kv, 0, idx, lengths, ex, 0.1, sink_t, V32_RANK, rope_aware, V32_ROPE)
+
+    def to_dev(x):
+        if isinstance(x, torch.Tensor):
+            return x.to(dev)
+        if isinstance(x, pm.PagedKVCacheCollection):
+            return x.replace(blocks=x.blocks.to(dev), scales=None if x.scales is None else x.scales.to(dev),
+                             cache_lengths=x.cache_lengths.to(dev), lookup_table=x.lookup_table.to(dev))
+        return x
+
+    kw_dev = {k: to_dev(v) for k, v in kw.items()}
+    out_dtype = torch.bfloat16
+    got = torch.full((pb.num_rows, heads, V32_RANK), float("nan"), dtype=out_dtype, device=dev)
+    got, got_lse = pm.mla_decode_kv_cache_ragged(to_dev(q), pb.input_row_offsets.to(dev), to_dev(kv), 0, 0.1,
+                                                 output=got, backend="triton", **kw_dev)
+    caches = [kv] + ([ex["kv"]] if extra else [])
+    eps = _bf16_eps(want, caches, rope_aware, V32_ROPE)
+    assert_close_to_reference(got.float().cpu(), want, _envelope(low, want, -1), eps=eps)
+    assert_close_to_reference(got_lse.cpu(), want_lse, _envelope(low_lse, want_lse, -1), eps=1e-4, name="lse")
+
+
+GPU_CASES = [
+    pytest.param(128, "bf16", "bf16", {}, id="H128-bf16"),
+    pytest.param(128, "rope", "bf16", {}, id="H128-rope-aware-bf16q"),
+    pytest.param(128, "rope", "fp8", {"sink": True}, id="H128-rope-aware-fp8q-sink"),
+    pytest.param(128, "fp8-G64", "bf16", {"extra": True}, id="H128-fp8-G64-extra"),
+    pytest.param(16, "bf16", "bf16", {}, id="H16-bf16"),
+    pytest.param(16, "bf16", "bf16", {"fold": True, "sink": True}, id="H16-bf16-fold-sink"),
+    pytest.param(16, "rope", "bf16", {"fold": True, "extra": True}, id="H16-rope-aware-fold-extra"),
+    pytest.param(16, "fp8-G64", "fp8", {}, id="H16-fp8-G64-fp8q"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads, kv_kind, q_kind, opts", GPU_CASES)
+def test_sparse_decode_v32_shapes_gpu(heads, kv_kind, q_kind, opts):
+    _v32_case(heads, kv_kind, q_kind, **opts)
+
+
+@pytest.mark.parametrize("block_m", [16, 64], ids=["bm16", "bm64"])
+def test_forced_configs_and_splits(block_m):
+    """Explicit launch configs (tile rows, a split of every index row across 1-3 programs) give the reference's
+    answer with a main stream in mode 2 (G=16) and an extra stream in mode 3 (G=64 on 80 columns)."""
+    from pagedmla.configs.sparse_decode import SparseDecodeConfig
+    from pagedmla.ops._triton_sparse_decode import sparse_decode
+
+    spec = {"cache": [21, 9], "new": [2, 1], "heads": 3, "ps": 4, "topk": 24, "fp8": 16, "extra": (2, 64), "sink": True}
+    r = _run(spec, seed=23)
+    kv, x = r["kv"], r["extra"]
+    offsets = torch.tensor(x["offsets"], dtype=I32)
+    for splits in (1, 2, 3):
+        cfg = SparseDecodeConfig(block_m=block_m, block_n=16, num_splits=splits, num_warps=1, num_stages=1,
+                                 combine_block_r=4, combine_block_dv=32, combine_num_warps=1)
+        out = torch.full((offsets[-1], 3, LATENT), float("nan"))
+        lse = torch.full((offsets[-1], 3), float("nan"))
+        sparse_decode(r["q"], offsets, kv.blocks, kv.cache_lengths, kv.lookup_table, kv.scales, 1, 0.3, 0, -1, splits,
+                      out, lse, qk_rope_head_dim=ROPE, indices=r["idx"],
+                      topk_lengths=torch.tensor(r["lengths"], dtype=I32), attn_sink=r["sink"],
+                      extra_blocks=x["kv"].blocks, extra_scales=x["kv"].scales, extra_indices=x["idx"],
+                      extra_topk_lengths=x["lengths"], quant_granularity=kv.params.quantization_granularity,
+                      extra_quant_granularity=x["kv"].params.quantization_granularity, config=cfg)
+        assert_close(out, r["want"], atol=2e-4, rtol=1e-4, name=f"output splits={splits}")
+        assert_close(lse, r["want_lse"], atol=2e-4, rtol=1e-5, name=f"lse splits={splits}")
