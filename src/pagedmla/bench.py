@@ -284,9 +284,8 @@ def _matmul_make(m_rows: int, n_cols: int, k_inner: int, device):
 def _op_and_features(case: BenchCase) -> tuple[str, frozenset[str]]:
     if case.suite in ("decode", "mtp", "sparse"):
         feats = {"fp8_cache", "rope_aware"} if case.kv_dtype == "fp8" else set()
-        if case.suite == "sparse":
-            feats.add("sparse")
-        return "mla_decode_kv_cache_ragged", frozenset(feats)
+        op = "mla_sparse_decode" if case.suite == "sparse" else "mla_decode_kv_cache_ragged"
+        return op, frozenset(feats)
     return {"prefill": "mla_prefill_kv_cache_ragged", "decompress": "mla_decompress_k_cache_ragged_paged",
             "cache-write": "k_matmul_ragged_paged"}[case.suite], frozenset()
 
