@@ -67,3 +67,19 @@ def ragged_search(offsets_ptr, x, batch, STEPS: tl.constexpr, DIV: tl.constexpr,
         lo = tl.where(active & (v <= x), mid + 1, lo)
         hi = tl.where(active & (v > x), mid, hi)
     return lo - 1
+
+
+@triton.jit
+def ragged_count(offsets_ptr, x, batch, CHUNKS: tl.constexpr, BLOCK: tl.constexpr, DIV: tl.constexpr,
+                 ADD: tl.constexpr):
+    """The same b as `ragged_search` for a scalar x, as the count of `i in [1, batch]` with `v(i) <= x`: one
+    vector load per BLOCK sequences instead of a chain of dependent loads (`CHUNKS * BLOCK >= batch`)."""
+    count = 0
+    for c in range(CHUNKS):
+        i = c * BLOCK + 1 + tl.arange(0, BLOCK)
+        ok = i <= batch
+        v = tl.load(offsets_ptr + i, mask=ok, other=0)
+        if DIV != 1:
+            v = v // DIV
+        count += tl.sum((ok & (v + i * ADD <= x)).to(tl.int32), 0)
+    return count

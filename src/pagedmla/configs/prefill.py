@@ -1,0 +1,40 @@
+"""Launch configs of the prefill kernels (data, not code) and the heuristics that pick them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PrefillConfig:
+    """Ragged MLA prefill attention: query rows x key rows per step of one program (one head)."""
+
+    block_m: int = 128
+    block_n: int = 128
+    num_warps: int = 8
+    num_stages: int = 2
+
+
+@dataclass(frozen=True)
+class DecompressConfig:
+    """Latent-cache decompression: a gather kernel fills k_latent_buffer (`gather_rows` rows per program), then
+    torch.matmul (cuBLAS) writes k_buffer. A Triton GEMM gathering its A operand from the cache measured 0.61-0.68
+    of cuBLAS on the H200 (16384 x 512 x 32768), the gather + cuBLAS pair 0.98, so the pair is the design."""
+
+    gather_rows: int = 16
+    gather_warps: int = 4
+
+
+def prefill_heuristic(*, fp8_cache: bool = False, interpret: bool = False) -> PrefillConfig:
+    """128 x 128 tiles, 8 warps, double-buffered on the GPU (the best of the configs timed on the H200, see
+    benchmarks/prefill_probe.py); 128 x 64 for FP8 caches, whose rope scales would not fit in shared memory
+    beside 128-key tiles; 16 x 16 under the interpreter so tiny tests cross tile edges."""
+    if interpret:
+        return PrefillConfig(block_m=16, block_n=16, num_warps=1, num_stages=1)
+    if fp8_cache:
+        return PrefillConfig(block_m=128, block_n=64, num_warps=8, num_stages=3)
+    return PrefillConfig()
+
+
+def decompress_heuristic(*, interpret: bool = False) -> DecompressConfig:
+    return DecompressConfig(gather_rows=8, gather_warps=1) if interpret else DecompressConfig()

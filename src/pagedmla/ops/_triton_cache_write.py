@@ -1,0 +1,109 @@
+"""Host launchers of the cache-write kernels (registered in `ops/cache_write.py`).
+
+Each takes exactly the arguments the custom op passes to the reference, mutates the cache (and q_out), and
+allocates nothing. Inputs were validated by the public functions.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from ..configs.cache_write import MatmulToCacheConfig, RowConfig, matmul_to_cache_heuristic, row_heuristic
+from ..kernels.cache_write import _matmul_to_cache_kernel, _rms_norm_cache_kernel, _rope_kernel
+from ._dispatch import interpreter_enabled
+
+
+def search_steps(batch: int) -> int:
+    """Bisection steps that find any row's sequence among `batch` (kernels.common.ragged_search), rounded up
+    to a multiple of 4 so that batch sizes share a handful of compiled variants."""
+    return -(-(batch.bit_length() + 1) // 4) * 4
+
+
+def _tma_ready(t: torch.Tensor) -> bool:
+    """A 2-D tensor TMA can describe: unit last stride, 16-byte aligned base and row stride."""
+    return (t.stride(1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+            and t.shape[0] > 0)
+
+
+def _matmul_to_cache(hidden_state, input_row_offsets, weight, blocks, cache_lengths, lookup_table, layer_idx,
+                     config: MatmulToCacheConfig | None):
+    num_rows, in_features = hidden_state.shape
+    out_features = weight.shape[0]
+    batch = cache_lengths.shape[0]
+    if num_rows == 0 or batch == 0:
+        return
+    interpret = interpreter_enabled()
+    cfg = config or matmul_to_cache_heuristic(num_rows, out_features, in_features, interpret=interpret)
+    split = out_features // cfg.block_n * cfg.block_n if cfg.tail is not None else out_features
+    for col_start, col_end, tile in ((0, split, cfg), (split, out_features, cfg.tail)):
+        if col_end <= col_start:
+            continue
+        grid = (triton.cdiv(num_rows, tile.block_m) * triton.cdiv(col_end - col_start, tile.block_n),)
+        use_tma = tile.tma and _tma_ready(hidden_state) and _tma_ready(weight)
+        x, w = hidden_state, weight
+        if use_tma:
+            x = TensorDescriptor.from_tensor(hidden_state, [tile.block_m, tile.block_k])
+            w = TensorDescriptor.from_tensor(weight, [tile.block_n, tile.block_k])
+        _matmul_to_cache_kernel[grid](
+            x, w, blocks, input_row_offsets, cache_lengths, lookup_table,
+            num_rows, col_start, col_end, batch, layer_idx, blocks.shape[3],
+            hidden_state.stride(0), weight.stride(0), lookup_table.stride(0),
+            blocks.stride(0), blocks.stride(1), blocks.stride(2), blocks.stride(3), blocks.stride(4),
+            K=in_features, NUM_HEADS=blocks.shape[4], HEAD_SIZE=blocks.shape[5], SEARCH_STEPS=search_steps(batch),
+            BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k, GROUP_M=tile.group_m,
+            USE_TMA=use_tma, IEEE=hidden_state.dtype == torch.float32, INTERPRET=interpret,
+            num_warps=tile.num_warps, num_stages=tile.num_stages,
+        )
+
+
+def k_matmul_ragged_paged(hidden_state, input_row_offsets, weight, blocks, cache_lengths, lookup_table,
+                          layer_idx: int, config: MatmulToCacheConfig | None = None) -> None:
+    """MLA: `hidden_state @ weight.T` stored as the K row of each new token (the GEMM's epilogue scatters)."""
+    _matmul_to_cache(hidden_state, input_row_offsets, weight, blocks, cache_lengths, lookup_table, layer_idx,
+                     config)
+
+
+def kv_matmul_ragged_paged(hidden_state, input_row_offsets, weight, blocks, cache_lengths, lookup_table,
+                           layer_idx: int, config: MatmulToCacheConfig | None = None) -> None:
+    """MHA: columns [0, Hkv*D) of `hidden_state @ weight.T` go to K, the rest to V (one kernel, one pass)."""
+    _matmul_to_cache(hidden_state, input_row_offsets, weight, blocks, cache_lengths, lookup_table, layer_idx,
+                     config)
+
+
+def rms_norm_key_cache(blocks, cache_lengths, lookup_table, gamma, input_row_offsets, layer_idx: int, eps: float,
+                       max_seq_length: int, config: RowConfig | None = None) -> None:
+    """In place: RMS norm of columns [0, len(gamma)) of the new tokens' K rows; grid (max n_b, B), no sync."""
+    batch = cache_lengths.shape[0]
+    if batch == 0 or max_seq_length == 0:
+        return
+    cfg = config or row_heuristic(interpret=interpreter_enabled())
+    cols = gamma.shape[0]
+    grid = (triton.cdiv(max_seq_length, cfg.block_rows), batch)
+    _rms_norm_cache_kernel[grid](
+        blocks, gamma, input_row_offsets, cache_lengths, lookup_table,
+        layer_idx, blocks.shape[3], eps,
+        lookup_table.stride(0), blocks.stride(0), blocks.stride(2), blocks.stride(3),
+        COLS=cols, BLOCK_C=triton.next_power_of_2(cols), BLOCK_T=cfg.block_rows, num_warps=cfg.num_warps,
+    )
+
+
+def fused_qk_rope_ragged(q_rope, input_row_offsets, blocks, cache_lengths, lookup_table, freqs_cis,
+                         layer_idx: int, interleaved: bool, q_out, config: RowConfig | None = None) -> None:
+    """Rope q into q_out and, in place, the last R columns of the new tokens' K rows; one program per token."""
+    num_rows, num_heads, rope_dim = q_rope.shape
+    batch = cache_lengths.shape[0]
+    if num_rows == 0 or batch == 0:
+        return
+    cfg = config or row_heuristic(interpret=interpreter_enabled())
+    _rope_kernel[(num_rows,)](
+        q_rope, q_out, freqs_cis, blocks, input_row_offsets, cache_lengths, lookup_table,
+        batch, layer_idx, blocks.shape[3], blocks.shape[5] - rope_dim,
+        q_rope.stride(0), q_rope.stride(1), q_rope.stride(2), q_out.stride(0), q_out.stride(1), q_out.stride(2),
+        freqs_cis.stride(0), freqs_cis.stride(1), lookup_table.stride(0),
+        blocks.stride(0), blocks.stride(2), blocks.stride(3),
+        NUM_HEADS=num_heads, ROPE=rope_dim, SEARCH_STEPS=search_steps(batch),
+        BLOCK_R=triton.next_power_of_2(rope_dim), BLOCK_H=min(triton.next_power_of_2(num_heads), 32),
+        INTERLEAVED=interleaved, num_warps=cfg.num_warps,
+    )

@@ -1,0 +1,106 @@
+"""Host launchers of the prefill kernels (registered in `ops/prefill.py`).
+
+Each takes exactly the arguments the custom op passes to the reference. Inputs were validated by the public
+functions; only the plan allocates (its outputs are the op's results).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+
+from ..configs.prefill import DecompressConfig, PrefillConfig, decompress_heuristic, prefill_heuristic
+from ..kernels.prefill import _gather_latent_kernel, _mla_prefill_kernel, _prefill_plan_kernel
+from ._dispatch import interpreter_enabled
+from ._triton_cache_write import search_steps
+
+
+def mla_prefill_plan(input_row_offsets, cache_lengths, page_size: int, buffer_size: int, max_chunks: int):
+    """The chunk plan computed on the device, without a host sync (same outputs as the reference).
+
+    A batch that needs more than max_chunks chunks cannot raise inside the kernel: it writes the first
+    max_chunks chunks exactly and rows past `max_chunks * buffer_size` belong to no chunk. The public
+    `mla_prefill_plan` raises ValueError for such a batch before launching (outside tracing and graph capture).
+    """
+    batch = cache_lengths.shape[0]
+    device = input_row_offsets.device
+    bro = torch.empty((max_chunks, batch + 1), dtype=torch.int32, device=device)
+    co = torch.empty((max_chunks, batch), dtype=torch.int32, device=device)
+    lengths = torch.empty((max_chunks,), dtype=torch.int32, device=device)
+    block_c = 16
+    _prefill_plan_kernel[(triton.cdiv(max_chunks, block_c),)](
+        input_row_offsets, cache_lengths, bro, co, lengths, batch, page_size, buffer_size, max_chunks,
+        BLOCK_C=block_c, BLOCK_B=128, num_warps=4,
+    )
+    return bro, co, lengths
+
+
+def _scales_args(blocks, scales):
+    """(pointer, strides of block/layer/slot, granularity, scaled) for an optional FP8 scales tensor."""
+    if scales is None:
+        return blocks, (0, 0, 0), 1, False
+    return scales, (scales.stride(0), scales.stride(2), scales.stride(3)), blocks.shape[5] // scales.shape[5], True
+
+
+def mla_decompress_k_cache_ragged_paged(buffer_row_offsets, cache_offsets, buffer_length: int, weight, blocks,
+                                        cache_lengths, lookup_table, scales, layer_idx: int, k_latent_buffer,
+                                        k_buffer, config: DecompressConfig | None = None) -> None:
+    """Gather the chunk's latent rows into k_latent_buffer (Triton), then `k_buffer[:buffer_length] =
+    latent @ weight.T` with torch.matmul (cuBLAS) on the contiguous rows."""
+    batch = cache_offsets.shape[0]
+    if buffer_length <= 0 or batch == 0:
+        return
+    cfg = config or decompress_heuristic(interpret=interpreter_enabled())
+    rank = weight.shape[1]
+    scales_ptr, (s_b, s_l, s_s), group, scaled = _scales_args(blocks, scales)
+    _gather_latent_kernel[(triton.cdiv(buffer_length, cfg.gather_rows),)](
+        buffer_row_offsets, cache_offsets, lookup_table, blocks, scales_ptr, k_latent_buffer,
+        buffer_length, batch, layer_idx, blocks.shape[3], lookup_table.shape[1], blocks.shape[0],
+        lookup_table.stride(0), blocks.stride(0), blocks.stride(2), blocks.stride(3), s_b, s_l, s_s,
+        k_latent_buffer.stride(0),
+        RANK=rank, BLOCK_RANK=triton.next_power_of_2(rank), BLOCK_R=cfg.gather_rows, GROUP=group, SCALED=scaled,
+        SEARCH_STEPS=search_steps(batch), num_warps=cfg.gather_warps,
+    )
+    torch.mm(k_latent_buffer[:buffer_length], weight.t(), out=k_buffer[:buffer_length])
+
+
+# sequences scanned per vector load when a prefill program finds its sequence
+_SEARCH_BLOCK = 128
+
+
+def _head_block(size: int) -> int:
+    """Padded tile width of a head dimension: a power of two, and >= 16 for tl.dot."""
+    return max(16, triton.next_power_of_2(size))
+
+
+def mla_prefill_kv_cache_ragged(q, k, v, buffer_row_offsets, cache_offsets, input_row_offsets, blocks,
+                                cache_lengths, lookup_table, scales, layer_idx: int, scale: float, mask_code: int,
+                                window: int, out, lse, config: PrefillConfig | None = None) -> None:
+    """Ragged MLA prefill over one decompressed chunk into out [T, H, Dv] and lse [T, H] (float32)."""
+    num_rows, num_heads, qk_dim = q.shape
+    batch = cache_lengths.shape[0]
+    if num_rows == 0 or batch == 0:
+        return
+    interpret = interpreter_enabled()
+    cfg = config or prefill_heuristic(fp8_cache=scales is not None, interpret=interpret)
+    nope, v_dim = k.shape[-1], v.shape[-1]
+    rope = qk_dim - nope
+    scales_ptr, (s_b, s_l, s_s), group, scaled = _scales_args(blocks, scales)
+    # sequence b owns tile slots [offsets[b] // block_m + b, offsets[b+1] // block_m + b + 1)
+    grid = (num_rows // cfg.block_m + batch, num_heads)
+    _mla_prefill_kernel[grid](
+        q, k, v, out, lse, buffer_row_offsets, cache_offsets, input_row_offsets, cache_lengths, lookup_table,
+        blocks, scales_ptr,
+        batch, layer_idx, window, scale * math.log2(math.e), blocks.shape[5] - rope,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1), lookup_table.stride(0),
+        blocks.stride(0), blocks.stride(2), blocks.stride(3), s_b, s_l, s_s,
+        D_NOPE=nope, D_ROPE=rope, D_V=v_dim,
+        BLOCK_DN=_head_block(nope), BLOCK_DR=_head_block(rope), BLOCK_DV=_head_block(v_dim),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, MASK=mask_code, PAGE_SIZE=blocks.shape[3], GROUP=group,
+        SCALED=scaled, SEARCH_CHUNKS=triton.cdiv(batch, _SEARCH_BLOCK), SEARCH_BLOCK=_SEARCH_BLOCK,
+        INTERPRET=interpret,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )

@@ -1,0 +1,243 @@
+"""Triton cache-write kernels against the float32 reference: projections stored by the GEMM epilogue, RMS norm
+and rope in place. CPU tier under the interpreter at tiny sizes; the gpu tier at DeepSeek-V3 sizes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from pagedmla import ops
+from pagedmla.configs.cache_write import MatmulToCacheConfig
+from pagedmla.ops import _triton_cache_write
+from pagedmla.testing import adversarial_lengths, assert_close, assert_close_to_reference, make_paged_batch
+
+ATOL32 = 2e-4
+
+
+def _batch(page_size, *, head_size=80, num_heads=1, is_mla=True, dtype=torch.float32, device="cpu", seed=0,
+           fill_new_tokens=False, lengths=None):
+    """Cached prefixes and new tokens drawn from the adversarial lengths (empty and one-token sequences too)."""
+    adv = adversarial_lengths(page_size)
+    cached, new = lengths or (adv, list(reversed(adv)))
+    return make_paged_batch(cached, new, head_size=head_size, num_heads=num_heads, is_mla=is_mla,
+                            page_size=page_size, dtype=dtype, device=device, seed=seed,
+                            fill_new_tokens=fill_new_tokens)
+
+
+def _twin(pb, dtype=None):
+    """A second collection over a copy of the blocks (the reference writes one, the kernel the other); with
+    dtype=float32 an unrounded twin, so a bf16 kernel is measured against exact float32 results."""
+    if dtype is None:
+        return pb.kv.replace(blocks=pb.kv.blocks.clone())
+    return pb.kv.replace(blocks=pb.kv.blocks.to(dtype), params=dataclasses.replace(pb.kv.params, dtype=dtype))
+
+
+def _randn(*shape, dtype=torch.float32, device="cpu", seed=1, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return (scale * torch.randn(*shape, generator=g)).to(dtype).to(device)
+
+
+def _where_blocks_differ(actual, expected, bound):
+    """Which slots differ: NaN-placement mismatches and the worst elements beyond `bound` (for the message)."""
+    a, e = actual.double().cpu(), expected.double().cpu()
+    nan_mismatch = torch.isnan(a) != torch.isnan(e)
+    over = ((a - e).abs() > bound.double().cpu()) & torch.isfinite(e) & torch.isfinite(a)
+    worst = ((a - e).abs() - bound.double().cpu()).masked_fill(~over, float("-inf")).flatten().topk(
+        min(5, int(over.sum()))).indices if bool(over.any()) else []
+    rows = [tuple(int(i) for i in torch.unravel_index(torch.tensor(w), a.shape)) for w in worst]
+    return (f"{int(nan_mismatch.sum())} NaN-placement mismatches (first at "
+            f"{[tuple(int(i) for i in x) for x in nan_mismatch.nonzero()[:3].tolist()]}), {int(over.sum())} "
+            f"elements beyond the bound; worst (block, kv, layer, slot, head, col) actual/expected: "
+            + ", ".join(f"{r} {float(a[r]):.5g}/{float(e[r]):.5g}" for r in rows))
+
+
+def _check_blocks(actual, expected, lowprec=None, eps=1e-5):
+    """Whole pools compared: written rows close, every other slot (NaN included) bit-identical."""
+    if lowprec is None:
+        assert_close(actual.float(), expected.float(), atol=ATOL32, rtol=1e-5, name="blocks")
+        return
+    try:
+        assert_close_to_reference(actual.float(), expected.float(), lowprec.float(), eps=eps, name="blocks")
+    except AssertionError as exc:
+        bound = eps + 2 * (lowprec.float() - expected.float()).abs().nan_to_num(0.0)
+        raise AssertionError(f"{exc}; {_where_blocks_differ(actual.float(), expected.float(), bound)}") from None
+
+
+_TAIL = MatmulToCacheConfig(block_m=16, block_n=32, block_k=16, group_m=1, num_warps=1, num_stages=1,
+                             tail=MatmulToCacheConfig(block_m=32, block_n=16, block_k=32, group_m=1, num_warps=1,
+                                                      num_stages=1))
+_TMA = MatmulToCacheConfig(block_m=16, block_n=32, block_k=32, group_m=2, num_warps=1, num_stages=1, tma=True)
+
+
+@pytest.mark.parametrize("page_size,config", [pytest.param(1, None, id="ps1"), pytest.param(3, None, id="ps3"),
+                                              pytest.param(16, None, id="ps16"),
+                                              pytest.param(3, _TAIL, id="ps3-tail-launch"),
+                                              pytest.param(16, _TMA, id="ps16-tma")])
+def test_k_matmul(page_size, config):
+    """With the tail config, columns [64, 80) run as a second launch with their own tile; the TMA config reads
+    x and w through tensor descriptors (48 input features: a partial K tile read as zeros)."""
+    pb = _batch(page_size)
+    ref = _twin(pb)
+    x = _randn(pb.num_rows, 48)
+    w = _randn(80, 48, seed=2, scale=0.2)
+    if config is None:
+        ops.k_matmul_ragged_paged(x, pb.input_row_offsets, w, pb.kv, 1, backend="triton")
+    else:
+        kv = pb.kv
+        _triton_cache_write.k_matmul_ragged_paged(x, pb.input_row_offsets, w, kv.blocks, kv.cache_lengths,
+                                                  kv.lookup_table, 1, config)
+    ops.k_matmul_ragged_paged(x, pb.input_row_offsets, w, ref, 1, backend="reference")
+    _check_blocks(pb.kv.blocks, ref.blocks)
+
+
+def test_k_matmul_bf16_operands_odd_k():
+    """bf16 operands (float32 accumulation), in_features not a multiple of the K tile, layer 0.
+
+    The cache is float32 here: the Triton 3.6 interpreter rounds float32 -> bf16 stores toward zero (the GPU
+    rounds to nearest even), so bf16 stores are checked in the gpu tier.
+    """
+    pb = _batch(3)
+    ref = _twin(pb)
+    x = _randn(pb.num_rows, 40, dtype=torch.bfloat16)
+    w = _randn(80, 40, dtype=torch.bfloat16, seed=2, scale=0.2)
+    ops.k_matmul_ragged_paged(x, pb.input_row_offsets, w, pb.kv, 0, backend="triton")
+    ops.k_matmul_ragged_paged(x, pb.input_row_offsets, w, ref, 0, backend="reference")
+    _check_blocks(pb.kv.blocks, ref.blocks)
+
+
+@pytest.mark.parametrize("page_size", [pytest.param(p, id=f"ps{p}") for p in (1, 16)])
+def test_kv_matmul(page_size):
+    pb = _batch(page_size, head_size=16, num_heads=3, is_mla=False)
+    ref = _twin(pb)
+    x = _randn(pb.num_rows, 32)
+    w = _randn(2 * 3 * 16, 32, seed=3, scale=0.2)
+    ops.kv_matmul_ragged_paged(x, pb.input_row_offsets, w, pb.kv, 1, backend="triton")
+    ops.kv_matmul_ragged_paged(x, pb.input_row_offsets, w, ref, 1, backend="reference")
+    _check_blocks(pb.kv.blocks, ref.blocks)
+
+
+@pytest.mark.parametrize("page_size,cols", [pytest.param(p, c, id=f"ps{p}-cols{c}") for p, c in
+                                            ((1, 64), (3, 64), (16, 48), (16, 80))])
+def test_rms_norm(page_size, cols):
+    pb = _batch(page_size, fill_new_tokens=True)
+    ref = _twin(pb)
+    gamma = 1 + 0.1 * _randn(cols, seed=4)
+    ops.rms_norm_key_cache(pb.kv, gamma, 1e-6, 1, pb.input_row_offsets, cols, backend="triton")
+    ops.rms_norm_key_cache(ref, gamma, 1e-6, 1, pb.input_row_offsets, cols, backend="reference")
+    _check_blocks(pb.kv.blocks, ref.blocks)
+
+
+def test_rms_norm_bf16_unknown_max_seq_length():
+    """max_seq_length left to the op (read from the offsets), bf16 cache and gamma."""
+    pb = _batch(16, dtype=torch.bfloat16, fill_new_tokens=True)
+    kv = pb.kv.replace(max_seq_length=None)
+    ref = _twin(pb)
+    gamma = (1 + 0.1 * _randn(64, seed=4)).to(torch.bfloat16)
+    ops.rms_norm_key_cache(kv, gamma, 1e-6, 0, pb.input_row_offsets, 64, backend="triton")
+    ops.rms_norm_key_cache(ref, gamma, 1e-6, 0, pb.input_row_offsets, 64, backend="reference")
+    # both compute in float32 from the same bf16 rows: at most one bf16 rounding apart
+    assert_close(kv.blocks.float(), ref.blocks.float(), atol=0, rtol=2 ** -7, name="blocks")
+
+
+@pytest.mark.parametrize("page_size,interleaved", [pytest.param(p, i, id=f"ps{p}-{'inter' if i else 'halves'}")
+                                                   for p in (1, 3, 16) for i in (True, False)])
+def test_rope(page_size, interleaved):
+    pb = _batch(page_size, fill_new_tokens=True)
+    ref = _twin(pb)
+    heads, rope_dim = 3, 16
+    # q as a strided view of a wider projection, as a model slices it
+    q_full = _randn(pb.num_rows, heads, 48, seed=5)
+    q = q_full[..., 32:]
+    freqs = _randn(max(pb.totals) + 2, rope_dim, seed=6)
+    out = torch.full_like(q, float("nan"))
+    got = ops.fused_qk_rope_ragged(q, pb.input_row_offsets, pb.kv, freqs, 1, interleaved, output=out,
+                                   backend="triton")
+    want = ops.fused_qk_rope_ragged(q, pb.input_row_offsets, ref, freqs, 1, interleaved, backend="reference")
+    assert got is out
+    assert_close(got, want, atol=ATOL32, rtol=1e-5, name="q_out")
+    _check_blocks(pb.kv.blocks, ref.blocks)
+
+
+def test_rope_in_place_on_q():
+    """output may alias q_rope (in-place rope of q)."""
+    pb = _batch(16, fill_new_tokens=True)
+    ref = _twin(pb)
+    q = _randn(pb.num_rows, 2, 16, seed=7)
+    freqs = _randn(max(pb.totals) + 1, 16, seed=8)
+    want = ops.fused_qk_rope_ragged(q, pb.input_row_offsets, ref, freqs, 0, True, backend="reference")
+    got = ops.fused_qk_rope_ragged(q, pb.input_row_offsets, pb.kv, freqs, 0, True, output=q, backend="triton")
+    assert_close(got, want, atol=ATOL32, rtol=1e-5, name="q_out")
+
+
+def test_deepseek_sizes_write_chain():
+    """576-column rows: k projection, RMS norm of the 512 latent columns, rope of the last 64 (few tokens)."""
+    lengths = ([0, 5, 1], [3, 0, 2])
+    pb = _batch(16, head_size=576, lengths=lengths)
+    ref = _twin(pb)
+    x = _randn(pb.num_rows, 64, seed=9)
+    w = _randn(576, 64, seed=10, scale=0.2)
+    gamma = 1 + 0.1 * _randn(512, seed=11)
+    freqs = _randn(16, 64, seed=12)
+    q = _randn(pb.num_rows, 2, 64, seed=13)
+    outs = []
+    for kv, backend in ((pb.kv, "triton"), (ref, "reference")):
+        ops.k_matmul_ragged_paged(x, pb.input_row_offsets, w, kv, 1, backend=backend)
+        ops.rms_norm_key_cache(kv, gamma, 1e-6, 1, pb.input_row_offsets, 512, backend=backend)
+        outs.append(ops.fused_qk_rope_ragged(q, pb.input_row_offsets, kv, freqs, 1, True, backend=backend))
+    assert_close(outs[0], outs[1], atol=ATOL32, rtol=1e-5, name="q_out")
+    _check_blocks(pb.kv.blocks, ref.blocks)
+
+
+# ---- gpu tier: DeepSeek-V3 sizes -------------------------------------------------------------------------------
+
+
+def _gpu_batch(page_size, dtype=torch.bfloat16, fill=False):
+    cached = [0, 0, 1, page_size - 1 if page_size > 1 else 2, 700, 129]
+    new = [0, 1, 300, page_size + 1, 1, 64]
+    return _batch(page_size, head_size=576, dtype=dtype, device="cuda", fill_new_tokens=fill, lengths=(cached, new))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page_size,config", [pytest.param(p, None, id=f"ps{p}") for p in (1, 64, 128)]
+                         + [pytest.param(64, MatmulToCacheConfig(tma=True), id="ps64-tma")])
+def test_gpu_k_matmul_deepseek(page_size, config):
+    pb = _gpu_batch(page_size)
+    ref, low = _twin(pb, torch.float32), _twin(pb, torch.float32)
+    x = _randn(pb.num_rows, 7168, dtype=torch.bfloat16, device="cuda")
+    w = _randn(576, 7168, dtype=torch.bfloat16, device="cuda", seed=2, scale=7168 ** -0.5)
+    kv = pb.kv
+    _triton_cache_write.k_matmul_ragged_paged(x, pb.input_row_offsets, w, kv.blocks, kv.cache_lengths,
+                                              kv.lookup_table, 1, config)
+    ops.k_matmul_ragged_paged(x, pb.input_row_offsets, w, ref, 1, backend="reference")
+    eye = torch.eye(576, device="cuda")
+    ops.k_matmul_ragged_paged((x @ w.T).float(), pb.input_row_offsets, eye, low, 1, backend="reference")
+    # float32 accumulation of 7168 products (tensor cores truncate while accumulating): the probabilistic bound
+    # sqrt(K) * 2^-24 * sum|x_k w_k| on top of 2x PyTorch's error. Near-zero outputs, whose bf16 step is finer
+    # than that, were seen one step off on the H200 (e.g. -0.00383 for -0.0038452).
+    eps = 7168 ** 0.5 * 2.0 ** -24 * float((x.float().abs() @ w.float().abs().T).max())
+    _check_blocks(pb.kv.blocks, ref.blocks, low.blocks, eps=eps)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [pytest.param(p, id=f"ps{p}") for p in (1, 64, 128)])
+def test_gpu_rms_norm_and_rope_deepseek(page_size):
+    """Each op on its own copy of the cache, so every compared value went through one bf16 rounding."""
+    pb = _gpu_batch(page_size, fill=True)
+    gamma = (1 + 0.1 * _randn(512, seed=4)).to(torch.bfloat16).cuda()
+    freqs = _randn(1024, 64, seed=6, device="cuda")
+    q = _randn(pb.num_rows, 128, 64, dtype=torch.bfloat16, device="cuda", seed=7)
+    # the same float32 math from the same bf16 inputs: at most one bf16 rounding apart
+    close = dict(atol=1e-6, rtol=2 ** -7)
+    got, want = _twin(pb), _twin(pb)
+    ops.rms_norm_key_cache(got, gamma, 1e-6, 1, pb.input_row_offsets, 512, backend="triton")
+    ops.rms_norm_key_cache(want, gamma, 1e-6, 1, pb.input_row_offsets, 512, backend="reference")
+    assert_close(got.blocks.float(), want.blocks.float(), name="blocks after rms_norm", **close)
+    for interleaved in (True, False):
+        got, want = _twin(pb), _twin(pb)
+        q_got = ops.fused_qk_rope_ragged(q, pb.input_row_offsets, got, freqs, 1, interleaved, backend="triton")
+        q_want = ops.fused_qk_rope_ragged(q, pb.input_row_offsets, want, freqs, 1, interleaved,
+                                          backend="reference")
+        assert_close(q_got.float(), q_want.float(), name=f"q_out (interleaved={interleaved})", **close)
+        assert_close(got.blocks.float(), want.blocks.float(), name=f"blocks after rope ({interleaved})", **close)
