@@ -102,8 +102,8 @@ def _decompress_both(pb, kv, weight, config=None):
         got_lat, got_k = _nan(buffer_size, rank, dtype=weight.dtype), _nan(buffer_size, width, dtype=weight.dtype)
         want_lat, want_k = got_lat.clone(), got_k.clone()
         _triton_prefill.mla_decompress_k_cache_ragged_paged(
-            bro[c], co[c], length, weight, kv.blocks, kv.cache_lengths, kv.lookup_table, kv.scales, 1, got_lat,
-            got_k, config)
+            bro[c], co[c], length, weight, kv.blocks, kv.cache_lengths, kv.lookup_table, kv.scales,
+            kv.params.quantization_granularity or 0, 1, got_lat, got_k, config)
         ops.mla_decompress_k_cache_ragged_paged(bro[c], co[c], length, weight, kv, 1, want_lat, want_k,
                                                 backend="reference")
         yield c, (got_lat, want_lat), (got_k, want_k)
@@ -120,10 +120,11 @@ def test_decompress(page_size, config):
         assert_close(kb, want_kb, atol=ATOL32, rtol=1e-5, name=f"k_buffer chunk {c}")
 
 
-def test_decompress_fp8_cache():
-    """FP8 e4m3 rows dequantize while gathering: element d times scale[d // 16]."""
+@pytest.mark.parametrize("granularity", [16, 48])
+def test_decompress_fp8_cache(granularity):
+    """FP8 e4m3 rows dequantize while gathering: element d times scale[d // G] (48 does not divide the row)."""
     pb = _batch(16)
-    kv = quantize_kv_cache(pb.kv, 16)
+    kv = quantize_kv_cache(pb.kv, granularity)
     weight = _randn(2 * 32, 64, seed=3, scale=0.2)
     for c, (lat, want_lat), (kb, want_kb) in _decompress_both(pb, kv, weight):
         assert_close(lat, want_lat, atol=1e-6, rtol=1e-6, name=f"k_latent_buffer chunk {c}")
@@ -162,7 +163,8 @@ def _attend_all_chunks(pb, kv, q, k_buffer, nope, buffer_size, mask, window, bac
             lse = _nan(q.shape[0], q.shape[1])
             _triton_prefill.mla_prefill_kv_cache_ragged(
                 q, k, v, bro[c], co[c], pb.input_row_offsets, kv.blocks, kv.cache_lengths, kv.lookup_table,
-                kv.scales, 0, 0.3, *mask_code(mask, window), out, lse, config)
+                kv.scales, kv.params.quantization_granularity or 0, 0, 0.3, *mask_code(mask, window), out, lse,
+                config)
         else:
             out, lse = ops.mla_prefill_kv_cache_ragged(
                 q, k, v, bro[c], co[c], pb.input_row_offsets, kv, 0, 0.3, mask=mask, local_window_size=window,
@@ -215,10 +217,11 @@ def test_prefill_wide_batch():
     _check_prefill(pb, pb.kv, heads=1, nope=16, v_dim=16, rope=16, mask="causal", chunks=2)
 
 
-def test_prefill_fp8_cache_rope():
-    """The rope columns come from an FP8 cache: dequantized with their scales."""
+@pytest.mark.parametrize("granularity", [8, 48])
+def test_prefill_fp8_cache_rope(granularity):
+    """The rope columns come from an FP8 cache: dequantized with their scales (48: a short last group)."""
     pb = _batch(16)
-    _check_prefill(pb, quantize_kv_cache(pb.kv, 8), mask="causal")
+    _check_prefill(pb, quantize_kv_cache(pb.kv, granularity), mask="causal")
 
 
 def test_prefill_no_rope_columns():

@@ -37,16 +37,17 @@ def mla_prefill_plan(input_row_offsets, cache_lengths, page_size: int, buffer_si
     return bro, co, lengths
 
 
-def _scales_args(blocks, scales):
+def _scales_args(blocks, scales, granularity: int):
     """(pointer, strides of block/layer/slot, granularity, scaled) for an optional FP8 scales tensor."""
     if scales is None:
         return blocks, (0, 0, 0), 1, False
-    return scales, (scales.stride(0), scales.stride(2), scales.stride(3)), blocks.shape[5] // scales.shape[5], True
+    group = granularity or blocks.shape[5] // scales.shape[5]
+    return scales, (scales.stride(0), scales.stride(2), scales.stride(3)), group, True
 
 
 def mla_decompress_k_cache_ragged_paged(buffer_row_offsets, cache_offsets, buffer_length: int, weight, blocks,
-                                        cache_lengths, lookup_table, scales, layer_idx: int, k_latent_buffer,
-                                        k_buffer, config: DecompressConfig | None = None) -> None:
+                                        cache_lengths, lookup_table, scales, quant_granularity: int, layer_idx: int,
+                                        k_latent_buffer, k_buffer, config: DecompressConfig | None = None) -> None:
     """Gather the chunk's latent rows into k_latent_buffer (Triton), then `k_buffer[:buffer_length] =
     latent @ weight.T` with torch.matmul (cuBLAS) on the contiguous rows."""
     batch = cache_offsets.shape[0]
@@ -54,7 +55,7 @@ def mla_decompress_k_cache_ragged_paged(buffer_row_offsets, cache_offsets, buffe
         return
     cfg = config or decompress_heuristic(interpret=interpreter_enabled())
     rank = weight.shape[1]
-    scales_ptr, (s_b, s_l, s_s), group, scaled = _scales_args(blocks, scales)
+    scales_ptr, (s_b, s_l, s_s), group, scaled = _scales_args(blocks, scales, quant_granularity)
     _gather_latent_kernel[(triton.cdiv(buffer_length, cfg.gather_rows),)](
         buffer_row_offsets, cache_offsets, lookup_table, blocks, scales_ptr, k_latent_buffer,
         buffer_length, batch, layer_idx, blocks.shape[3], lookup_table.shape[1], blocks.shape[0],
@@ -76,8 +77,9 @@ def _head_block(size: int) -> int:
 
 
 def mla_prefill_kv_cache_ragged(q, k, v, buffer_row_offsets, cache_offsets, input_row_offsets, blocks,
-                                cache_lengths, lookup_table, scales, layer_idx: int, scale: float, mask_code: int,
-                                window: int, out, lse, config: PrefillConfig | None = None) -> None:
+                                cache_lengths, lookup_table, scales, quant_granularity: int, layer_idx: int,
+                                scale: float, mask_code: int, window: int, out, lse,
+                                config: PrefillConfig | None = None) -> None:
     """Ragged MLA prefill over one decompressed chunk into out [T, H, Dv] and lse [T, H] (float32)."""
     num_rows, num_heads, qk_dim = q.shape
     batch = cache_lengths.shape[0]
@@ -87,7 +89,7 @@ def mla_prefill_kv_cache_ragged(q, k, v, buffer_row_offsets, cache_offsets, inpu
     cfg = config or prefill_heuristic(fp8_cache=scales is not None, interpret=interpret)
     nope, v_dim = k.shape[-1], v.shape[-1]
     rope = qk_dim - nope
-    scales_ptr, (s_b, s_l, s_s), group, scaled = _scales_args(blocks, scales)
+    scales_ptr, (s_b, s_l, s_s), group, scaled = _scales_args(blocks, scales, quant_granularity)
     # sequence b owns tile slots [offsets[b] // block_m + b, offsets[b+1] // block_m + b + 1)
     grid = (num_rows // cfg.block_m + batch, num_heads)
     _mla_prefill_kernel[grid](

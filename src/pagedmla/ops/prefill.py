@@ -35,20 +35,21 @@ def _plan_fake(input_row_offsets, cache_lengths, page_size, buffer_size, max_chu
                          mutates_args=("k_latent_buffer", "k_buffer"))
 def _decompress_op(buffer_row_offsets: Tensor, cache_offsets: Tensor, buffer_length: int, weight: Tensor,
                    blocks: Tensor, cache_lengths: Tensor, lookup_table: Tensor, scales: Tensor | None,
-                   layer_idx: int, k_latent_buffer: Tensor, k_buffer: Tensor, backend: str) -> None:
+                   quant_granularity: int, layer_idx: int, k_latent_buffer: Tensor, k_buffer: Tensor,
+                   backend: str) -> None:
     _dispatch.impl("mla_decompress_k_cache_ragged_paged", backend)(
         buffer_row_offsets, cache_offsets, buffer_length, weight, blocks, cache_lengths, lookup_table, scales,
-        layer_idx, k_latent_buffer, k_buffer)
+        quant_granularity, layer_idx, k_latent_buffer, k_buffer)
 
 
 @torch.library.custom_op("pagedmla::mla_prefill_kv_cache_ragged", mutates_args=("out", "lse"))
 def _prefill_op(q: Tensor, k: Tensor, v: Tensor, buffer_row_offsets: Tensor, cache_offsets: Tensor,
                 input_row_offsets: Tensor, blocks: Tensor, cache_lengths: Tensor, lookup_table: Tensor,
-                scales: Tensor | None, layer_idx: int, scale: float, mask_code: int, window: int, out: Tensor,
-                lse: Tensor, backend: str) -> None:
+                scales: Tensor | None, quant_granularity: int, layer_idx: int, scale: float, mask_code: int,
+                window: int, out: Tensor, lse: Tensor, backend: str) -> None:
     _dispatch.impl("mla_prefill_kv_cache_ragged", backend)(
         q, k, v, buffer_row_offsets, cache_offsets, input_row_offsets, blocks, cache_lengths, lookup_table,
-        scales, layer_idx, scale, mask_code, window, out, lse)
+        scales, quant_granularity, layer_idx, scale, mask_code, window, out, lse)
 
 
 for _op in (_decompress_op, _prefill_op):
@@ -153,7 +154,7 @@ def mla_decompress_k_cache_ragged_paged(buffer_row_offsets_1d: Tensor, cache_off
     chosen = _dispatch.resolve("mla_decompress_k_cache_ragged_paged", backend, kv.device)
     torch.ops.pagedmla.mla_decompress_k_cache_ragged_paged(
         buffer_row_offsets_1d, cache_offsets_1d, length, weight, kv.blocks, kv.cache_lengths, kv.lookup_table,
-        kv.scales, layer_idx, k_latent_buffer, k_buffer, chosen)
+        kv.scales, kv.params.quantization_granularity or 0, layer_idx, k_latent_buffer, k_buffer, chosen)
 
 
 def _check_prefill_qkv(q, k, v, kv):
@@ -211,7 +212,8 @@ def mla_prefill_kv_cache_ragged(q: Tensor, k: Tensor, v: Tensor, buffer_row_offs
     chosen = _dispatch.resolve("mla_prefill_kv_cache_ragged", backend, kv.device)
     torch.ops.pagedmla.mla_prefill_kv_cache_ragged(
         q, k, v, buffer_row_offsets, cache_offsets, input_row_offsets, kv.blocks, kv.cache_lengths,
-        kv.lookup_table, kv.scales, layer_idx, scale, code, window, output, lse, chosen)
+        kv.lookup_table, kv.scales, kv.params.quantization_granularity or 0, layer_idx, scale, code, window, output,
+        lse, chosen)
     return (output, lse) if return_lse else output
 
 

@@ -43,8 +43,8 @@ def _buffer_row_sources(buffer_row_offsets, cache_offsets, num_rows):
 
 
 def mla_decompress_k_cache_ragged_paged(buffer_row_offsets, cache_offsets, buffer_length: int, weight, blocks,
-                                        cache_lengths, lookup_table, scales, layer_idx: int, k_latent_buffer,
-                                        k_buffer) -> None:
+                                        cache_lengths, lookup_table, scales, quant_granularity: int, layer_idx: int,
+                                        k_latent_buffer, k_buffer) -> None:
     """Gather latent rows `[0, kv_lora_rank)` of the chunk into k_latent_buffer, then `k_buffer = latent @ weight.T`.
 
     Only rows below buffer_length are written.
@@ -54,15 +54,15 @@ def mla_decompress_k_cache_ragged_paged(buffer_row_offsets, cache_offsets, buffe
     kv_lora_rank = weight.shape[1]
     seq, pos = _buffer_row_sources(buffer_row_offsets, cache_offsets, buffer_length)
     block, slot, _ = page_slots(lookup_table, seq, pos, blocks.shape[3])
-    rows = gather_physical(blocks, scales, layer_idx, 0, block, slot)[:, 0, :kv_lora_rank]
+    rows = gather_physical(blocks, scales, layer_idx, 0, block, slot, granularity=quant_granularity)[:, 0, :kv_lora_rank]
     k_latent_buffer[:buffer_length] = rows.to(k_latent_buffer.dtype)
     latent = k_latent_buffer[:buffer_length].float()
     k_buffer[:buffer_length] = (latent @ weight.float().T).to(k_buffer.dtype)
 
 
 def mla_prefill_kv_cache_ragged(q, k, v, buffer_row_offsets, cache_offsets, input_row_offsets, blocks,
-                                cache_lengths, lookup_table, scales, layer_idx: int, scale: float, mask_code: int,
-                                window: int, out, lse) -> None:
+                                cache_lengths, lookup_table, scales, quant_granularity: int, layer_idx: int,
+                                scale: float, mask_code: int, window: int, out, lse) -> None:
     """Ragged MLA prefill over one chunk of decompressed keys; writes out [T, H, Dv] and lse [T, H].
 
     Query i of sequence b sits at absolute position `L_b + i`; key j of b is buffer row `bro[b] + j` at absolute
@@ -84,7 +84,8 @@ def mla_prefill_kv_cache_ragged(q, k, v, buffer_row_offsets, cache_offsets, inpu
         k_pos = co[b] + torch.arange(n_keys_buf).view(1, -1)
         vis = visible(q_pos, k_pos, num_keys, mask_code, window)
         block, slot, in_table = page_slots(lookup_table, b, k_pos.view(-1).to(lookup_table.device), blocks.shape[3])
-        rope = gather_physical(blocks, scales, layer_idx, 0, block, slot)[:, 0, blocks.shape[-1] - rope_dim:]
+        rope = gather_physical(blocks, scales, layer_idx, 0, block, slot,
+                               granularity=quant_granularity)[:, 0, blocks.shape[-1] - rope_dim:]
         vis = vis.to(q.device) & in_table.view(1, -1)
         kb = k[bro[b]: bro[b + 1]].float()
         keys = torch.cat([kb, rope.unsqueeze(1).expand(-1, kb.shape[1], -1)], dim=-1)
