@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from .. import ops as pm
 from ..cache import PagedKVCacheCollection, row_offsets
 from ..ops import _dispatch
+from ..reference.cache_write import rope_rotate
 from .rope import rope_freqs_cis, softmax_scale
 
 __all__ = ["OP_NAMES", "AttentionBatch", "MLAttention", "RMSNorm", "resolve_backends"]
@@ -342,8 +343,8 @@ class MLAttention(nn.Module):
         latent = latent * torch.rsqrt(latent.pow(2).mean(-1, keepdim=True) + eps) * self.kv_a_layernorm.weight.float()
         table = self.freqs_cis[:n].float()
         cos, sin = table[:, 0::2], table[:, 1::2]
-        q_rope = _rotate(q_rope, cos.unsqueeze(1), sin.unsqueeze(1), self.rope_interleaved)
-        k_rope = _rotate(k_rope, cos, sin, self.rope_interleaved)
+        q_rope = rope_rotate(q_rope, cos.unsqueeze(1), sin.unsqueeze(1), self.rope_interleaved)
+        k_rope = rope_rotate(k_rope, cos, sin, self.rope_interleaved)
         kv = (latent @ self.kv_b_proj.weight.float().T).view(n, self.num_heads, -1)
         k_nope, v = kv.split([self.qk_nope_head_dim, self.v_head_dim], dim=-1)
         logits = (torch.einsum("qhd,khd->hqk", q_nope, k_nope) + torch.einsum("qhd,kd->hqk", q_rope, k_rope))
@@ -356,12 +357,3 @@ class MLAttention(nn.Module):
         if self.o_proj.bias is not None:
             y = y + self.o_proj.bias.float()
         return y
-
-
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
-    if interleaved:
-        x0, x1 = x[..., 0::2], x[..., 1::2]
-        return torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1).flatten(-2)
-    half = x.shape[-1] // 2
-    x0, x1 = x[..., :half], x[..., half:]
-    return torch.cat([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1)
