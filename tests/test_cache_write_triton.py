@@ -13,7 +13,7 @@ from pagedmla.configs.cache_write import MatmulToCacheConfig
 from pagedmla.ops import _triton_cache_write
 from pagedmla.testing import adversarial_lengths, assert_close, assert_close_to_reference, make_paged_batch
 
-ATOL32 = 2e-4
+ATOL32 = 2e-5  # float32 math against the float32 reference (measured errors are ~1e-6)
 
 
 def _batch(page_size, *, head_size=80, num_heads=1, is_mla=True, dtype=torch.float32, device="cpu", seed=0,

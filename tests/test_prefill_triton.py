@@ -19,7 +19,7 @@ from pagedmla.testing import adversarial_lengths, assert_close, assert_close_to_
 
 MASKS = [("null", -1), ("causal", -1), ("sliding_window_causal", 5), ("sliding_window_noncausal", 7),
          ("chunked", 4), ("chunked_causal", 6)]
-ATOL32 = 2e-4
+ATOL32 = 2e-5  # float32 math against the float32 reference (measured errors are ~1e-6)
 
 
 def _randn(*shape, dtype=torch.float32, device="cpu", seed=1, scale=1.0):

@@ -202,8 +202,8 @@ def _envelope(low, ref, dims):
 
 def _check(r, fp32: bool):
     if fp32:
-        assert_close(r["got"], r["want"], atol=2e-4, rtol=1e-4)
-        assert_close(r["got_lse"], r["want_lse"], atol=2e-4, rtol=1e-5, name="lse")
+        assert_close(r["got"], r["want"], atol=2e-5, rtol=1e-5)
+        assert_close(r["got_lse"], r["want_lse"], atol=2e-5, rtol=1e-5, name="lse")
         return
     low, low_lse = _lowprec(r["q"], r["q_scale"], r["kv"], 1, r["idx"], r["lengths"], r["extra"], 0.3, r["sink"],
                             LATENT, r["rope_aware"], ROPE)
@@ -288,8 +288,8 @@ def test_out_of_pool_ids_inside_the_length_are_skipped():
         fn(q, pb.input_row_offsets, pb.kv.blocks, pb.kv.cache_lengths, pb.kv.lookup_table, None, 0, 0.3, 0, -1, 1,
            out, lse, qk_rope_head_dim=ROPE, indices=idx, topk_lengths=lengths)
         outs.append((out, lse))
-    assert_close(outs[0][0], outs[1][0], atol=2e-4, rtol=1e-4)
-    assert_close(outs[0][1], outs[1][1], atol=2e-4, rtol=1e-5, name="lse")
+    assert_close(outs[0][0], outs[1][0], atol=2e-5, rtol=1e-5)
+    assert_close(outs[0][1], outs[1][1], atol=2e-5, rtol=1e-5, name="lse")
 
 
 def test_fold_shared_index_equals_per_token_rows():
@@ -414,5 +414,5 @@ def test_forced_configs_and_splits(block_m):
                       extra_blocks=x["kv"].blocks, extra_scales=x["kv"].scales, extra_indices=x["idx"],
                       extra_topk_lengths=x["lengths"], quant_granularity=kv.params.quantization_granularity,
                       extra_quant_granularity=x["kv"].params.quantization_granularity, config=cfg)
-        assert_close(out, r["want"], atol=2e-4, rtol=1e-4, name=f"output splits={splits}")
-        assert_close(lse, r["want_lse"], atol=2e-4, rtol=1e-5, name=f"lse splits={splits}")
+        assert_close(out, r["want"], atol=2e-5, rtol=1e-5, name=f"output splits={splits}")
+        assert_close(lse, r["want_lse"], atol=2e-5, rtol=1e-5, name=f"lse splits={splits}")

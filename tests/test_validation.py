@@ -777,7 +777,7 @@ DECODE_CASES = [
     ("[sparse]", lambda a: {"topk_lengths": i32([-1, 1])},
      says("Invalid topk_lengths", f"expected values in [0, {TOPK}]", "got [-1, 1]"), "topk_lengths-negative"),
     ("[sparse]", _differing_rows,
-     says("Invalid fold_shared_index=True", "share one index row", "different rows in sequence 0"),
+     says("Invalid fold_shared_index=True", "share one indices row", "different rows in sequence 0"),
      "fold-with-differing-rows"),
     ("[sparse]", _bad_index("indices", NUM_BLOCKS * PS), says("indices", str(NUM_BLOCKS * PS)),
      "indices-past-pool"),

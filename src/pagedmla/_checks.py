@@ -1,6 +1,6 @@
-"""Argument validation shared by every public op: ValueErrors that name the argument, what was
-expected and what came. Only metadata is checked here (shapes, dtypes, devices); value checks that
-would need a device->host copy live in `check_values_allowed` callers and run only on CPU tensors."""
+"""Argument validation shared by every public op: ValueErrors that name the argument, what was expected and
+what came. Metadata is always checked (shapes, dtypes, devices, unit last-dim strides, since the kernels index
+1-D metadata without strides); checks that read values run only where `values_checkable` allows."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def check_row_offsets(name: str, offsets: torch.Tensor, *, batch_size: int | Non
                       device: torch.device, starts_at_zero: bool = True) -> int:
     """Check a ragged offsets tensor int32 [B+1]; returns B. Values are checked on CPU only."""
     shape = (None,) if batch_size is None else (batch_size + 1,)
-    check_tensor(name, offsets, shape=shape, dtype=torch.int32, device=device)
+    check_tensor(name, offsets, shape=shape, dtype=torch.int32, device=device, contiguous_last_dim=True)
     if offsets.shape[0] < 1:
         raise ValueError(f"Invalid shape of {name}: expected (B+1,) with B >= 0, got {tuple(offsets.shape)}")
     if values_checkable(offsets):

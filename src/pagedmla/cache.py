@@ -135,14 +135,16 @@ class PagedKVCacheCollection:
         if blocks.stride(-1) != 1:
             raise ValueError(f"Invalid layout of blocks: expected a unit stride in head_size, got strides {blocks.stride()}")
         device = blocks.device
-        check_tensor("cache_lengths", cache_lengths, ndim=1, dtype=torch.int32, device=device)
+        check_tensor("cache_lengths", cache_lengths, ndim=1, dtype=torch.int32, device=device,
+                     contiguous_last_dim=True)
         batch = cache_lengths.shape[0]
-        check_tensor("lookup_table", lookup_table, shape=(batch, None), dtype=torch.int32, device=device)
+        check_tensor("lookup_table", lookup_table, shape=(batch, None), dtype=torch.int32, device=device,
+                     contiguous_last_dim=True)
         if params.is_fp8:
             if scales is None:
                 raise ValueError("Invalid scales: expected a float32 tensor for an FP8 cache, got None")
             check_tensor("scales", scales, shape=params.scales_shape(blocks.shape[0]), dtype=torch.float32,
-                         device=device)
+                         device=device, contiguous_last_dim=True)
         elif scales is not None:
             raise ValueError(f"Invalid scales: expected None for a {params.dtype} cache, got a tensor")
         for name, v in (("max_seq_length", max_seq_length), ("max_cache_length", max_cache_length)):

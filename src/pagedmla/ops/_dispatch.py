@@ -17,7 +17,7 @@ from .._checks import check_backend
 # op name -> "module:function" of its Triton host launcher (imported lazily: importing pagedmla never
 # imports triton).
 TRITON_LAUNCHERS: dict[str, str] = {}
-# op name -> the optional features its Triton launcher handles (e.g. "sparse", "fp8_cache" for decode).
+# op name -> the optional features its Triton launcher handles (e.g. "fp8_cache", "sink" for decode).
 # A call that needs a feature outside this set runs the reference under "auto" and is a NotImplementedError
 # under "triton". Ops without an entry need no features.
 TRITON_FEATURES: dict[str, frozenset[str]] = {}

@@ -99,14 +99,9 @@ def _stream(blocks, scales, granularity: int, kv_lora_rank: int, rope_dim: int, 
     return blocks, rope, sc, strides, rope_off, group, modes
 
 
-def _split_count(num_partitions: int, plan_schedule, batch: int, default: int) -> int:
-    """The config's split unless the caller forced `num_partitions` (a count other than the plan's workers)."""
-    plan_workers = None
-    if plan_schedule is not None and plan_schedule.dim() == 2:
-        plan_workers = plan_schedule.shape[0] - 1 - batch
-    if num_partitions is not None and plan_workers is not None and num_partitions != plan_workers:
-        return max(1, min(int(num_partitions), _MAX_SPLITS))
-    if num_partitions is not None and plan_schedule is None:
+def _split_count(num_partitions: int, default: int) -> int:
+    """The config's split unless the caller forced one (`num_partitions` > 0)."""
+    if num_partitions and num_partitions > 0:
         return max(1, min(int(num_partitions), _MAX_SPLITS))
     return default
 
@@ -121,9 +116,8 @@ def sparse_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, sca
 
     Handles every sparse feature: -1 and out-of-pool indices, per-sequence top-k lengths, the extra stream,
     sinks, bf16/fp16/fp32 and FP8 caches (any granularity, and the rope-aware row), FP8 q with q_scale, and
-    fold_shared_index (one gather per sequence for all its tokens). `num_partitions`, when it differs from the
-    plan's worker count, forces the number of programs that share one index list. `config` overrides the
-    heuristic (tuning only).
+    fold_shared_index (one gather per sequence for all its tokens). `num_partitions` > 0 forces the number of
+    programs that share one index list (0: the heuristic's). `config` overrides the heuristic (tuning only).
     """
     if indices is None:
         raise ValueError("Invalid indices: expected int32 [T, topk] for the sparse decode, got None")
@@ -163,7 +157,7 @@ def sparse_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, sca
     cfg = config or heuristic(rows_per_group=rows_per_group, num_groups=num_groups, topk=topk + x_topk,
                               q_dtype=q.dtype, cache_dtype=blocks.dtype, compute_dtype=cd,
                               num_sms=_num_sms(q.device), interpret=interpret)
-    splits = _split_count(num_partitions, plan_schedule, batch, cfg.num_splits)
+    splits = _split_count(num_partitions, cfg.num_splits)
     num_tiles = triton.cdiv(rows_per_group, cfg.block_m)
     if splits > 1:
         part_out = torch.empty((splits, num_rows, num_heads, kv_lora_rank), dtype=torch.float32, device=q.device)

@@ -104,7 +104,7 @@ def rms_norm_key_cache(kv_collection, gamma: Tensor, eps: float, layer_idx: int,
     """
     kv = check_collection(kv_collection, layer_idx, mla=True, writable=True)
     check_int("rms_norm_cols", rms_norm_cols, min_value=1, max_value=kv.params.head_size)
-    check_tensor("gamma", gamma, shape=(rms_norm_cols,), dtype=FLOAT_DTYPES, device=kv.device)
+    check_tensor("gamma", gamma, shape=(rms_norm_cols,), dtype=FLOAT_DTYPES, device=kv.device, contiguous_last_dim=True)
     eps = check_float("eps", eps)
     if not eps >= 0:
         raise ValueError(f"Invalid eps: expected >= 0, got {eps}")

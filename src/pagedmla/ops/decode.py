@@ -124,10 +124,10 @@ _decode_op.register_fake(lambda *args, **kwargs: None)
 
 def _check_sparse(name: str, idx, lengths, lengths_name: str, num_rows: int, batch: int, device, input_row_offsets,
                   pool_rows: int):
-    check_tensor(name, idx, shape=(num_rows, None), dtype=torch.int32, device=device)
+    check_tensor(name, idx, shape=(num_rows, None), dtype=torch.int32, device=device, contiguous_last_dim=True)
     if lengths is None:
         raise ValueError(f"Invalid {lengths_name}: expected int32 [{batch}] with {name}, got None")
-    check_tensor(lengths_name, lengths, shape=(batch,), dtype=torch.int32, device=device)
+    check_tensor(lengths_name, lengths, shape=(batch,), dtype=torch.int32, device=device, contiguous_last_dim=True)
     if values_checkable(idx, lengths) and batch:
         if int(lengths.min()) < 0 or int(lengths.max()) > idx.shape[1]:
             raise ValueError(f"Invalid {lengths_name}: expected values in [0, {idx.shape[1]}] (columns of {name}), "
@@ -141,8 +141,9 @@ def _check_sparse(name: str, idx, lengths, lengths_name: str, num_rows: int, bat
                              f"(num_blocks * page_size), got values from {int(vals.min())} to {int(vals.max())}")
 
 
-def _check_fold(indices, input_row_offsets):
-    """fold_shared_index promises identical index rows within a sequence; verify where it is cheap."""
+def _check_fold(name: str, indices, input_row_offsets):
+    """fold_shared_index promises identical index rows within a sequence (main and extra streams); verify
+    where it is cheap."""
     if not values_checkable(indices, input_row_offsets):
         return
     offs = input_row_offsets.tolist()
@@ -150,7 +151,7 @@ def _check_fold(indices, input_row_offsets):
         rows = indices[offs[b]: offs[b + 1]]
         if rows.shape[0] > 1 and not bool((rows == rows[:1]).all()):
             raise ValueError(f"Invalid fold_shared_index=True: expected every query token of a sequence to share "
-                             f"one index row, got different rows in sequence {b}")
+                             f"one {name} row, got different rows in sequence {b}")
 
 
 def _decode_dims(q, kv, rope_aware: bool, qk_rope_head_dim: int, q_scale) -> int:
@@ -175,7 +176,8 @@ def _decode_dims(q, kv, rope_aware: bool, qk_rope_head_dim: int, q_scale) -> int
     if q.dtype in FP8_DTYPES:
         if q_scale is None:
             raise ValueError("Invalid q_scale: expected float32 [T] for an FP8 q, got None")
-        check_tensor("q_scale", q_scale, shape=(q.shape[0],), dtype=torch.float32, device=kv.device)
+        check_tensor("q_scale", q_scale, shape=(q.shape[0],), dtype=torch.float32, device=kv.device,
+                     contiguous_last_dim=True)
     elif q_scale is not None:
         raise ValueError(f"Invalid q_scale: expected None for a {q.dtype} q (q_scale dequantizes FP8 q), got a tensor")
     return rank
@@ -206,7 +208,8 @@ def mla_decode_kv_cache_ragged(q: Tensor, input_row_offsets: Tensor, kv_collecti
         indices / topk_lengths: int32 `[T, topk]` physical rows (`block * page_size + slot`, -1 skips) and `[B]`.
         attn_sink: float32 `[H]` natural-log logits added once to each softmax denominator.
         extra_k / extra_indices / extra_topk_lengths: a second cache whose rows join the same softmax.
-        fold_shared_index: promise that all query tokens of a sequence share one index row (speed hint).
+        fold_shared_index: promise that all query tokens of a sequence share one index row, in `indices` and in
+            `extra_indices` (a speed hint: the kernel gathers once per sequence).
         qk_rope_head_dim: rope columns at the end of a row (64).
     Returns:
         output, or (output, lse) with return_lse.
@@ -227,7 +230,7 @@ def mla_decode_kv_cache_ragged(q: Tensor, input_row_offsets: Tensor, kv_collecti
         _check_sparse("indices", indices, topk_lengths, "topk_lengths", num_rows, batch, kv.device, input_row_offsets,
                       kv.num_blocks * kv.page_size)
         if fold_shared_index:
-            _check_fold(indices, input_row_offsets)
+            _check_fold("indices", indices, input_row_offsets)
     elif topk_lengths is not None or extra_k is not None or fold_shared_index:
         raise ValueError("Invalid indices: expected int32 [T, topk] with topk_lengths, extra_k or "
                          "fold_shared_index, got None")
@@ -246,36 +249,59 @@ def mla_decode_kv_cache_ragged(q: Tensor, input_row_offsets: Tensor, kv_collecti
             raise ValueError("Invalid extra_indices: expected int32 [T, extra_topk] with extra_k, got None")
         _check_sparse("extra_indices", extra_indices, extra_topk_lengths, "extra_topk_lengths", num_rows, batch,
                       kv.device, input_row_offsets, ek.num_blocks * ek.page_size)
+        if fold_shared_index:
+            _check_fold("extra_indices", extra_indices, input_row_offsets)
         extra_blocks, extra_scales = ek.blocks, ek.scales
         extra_granularity = ek.params.quantization_granularity or 0
     elif extra_indices is not None or extra_topk_lengths is not None:
         raise ValueError("Invalid extra_k: expected a PagedKVCacheCollection with extra_indices, got None")
     if attn_sink is not None:
-        check_tensor("attn_sink", attn_sink, shape=(num_heads,), dtype=torch.float32, device=kv.device)
+        check_tensor("attn_sink", attn_sink, shape=(num_heads,), dtype=torch.float32, device=kv.device,
+                     contiguous_last_dim=True)
     out_dtype = torch.bfloat16 if q.dtype in FP8_DTYPES else q.dtype
     out_shape = (num_rows, num_heads, rank)
     if output is None:
         output = torch.empty(out_shape, dtype=out_dtype, device=q.device)
     else:
         check_tensor("output", output, shape=out_shape, dtype=out_dtype, device=kv.device, contiguous_last_dim=True)
+    tile_friendly = all(d >= 16 and d & (d - 1) == 0 for d in (rank, qk_rope_head_dim))
     features = {name for name, used in (
         ("extra_k", extra_k is not None), ("sink", attn_sink is not None),
         ("fp8_cache", kv.params.is_fp8), ("fp8_q", q.dtype in FP8_DTYPES), ("rope_aware", per_token_scale_rope_aware),
-        ("fp32", q.dtype == torch.float32), ("fold_shared_index", fold_shared_index)) if used}
+        ("fp32", q.dtype == torch.float32), ("fold_shared_index", fold_shared_index),
+        # kv_lora_rank / qk_rope_head_dim that are not powers of two >= 16 cannot be Triton tiles
+        ("non_pow2_dims", not tile_friendly)) if used}
     op_key = "mla_sparse_decode" if indices is not None else "mla_decode_kv_cache_ragged"
     chosen = _dispatch.resolve(op_key, backend, kv.device, frozenset(features))
+    if num_partitions is not None:
+        check_int("num_partitions", num_partitions, min_value=1)
     if plan is None:
-        plan = mla_decode_plan(input_row_offsets, kv, num_heads=num_heads, num_partitions=num_partitions,
-                               backend=chosen)
+        if indices is None:
+            plan = mla_decode_plan(input_row_offsets, kv, num_heads=num_heads, num_partitions=num_partitions,
+                                   backend=chosen)
+        else:
+            # Sparse decode splits each index list on its own; it needs no split-KV schedule.
+            plan = _reference_plan(input_row_offsets, kv, num_heads, None, max_seq_length(kv, input_row_offsets), 0)
     elif not isinstance(plan, DecodePlan):
         raise ValueError(f"Invalid type of plan: expected DecodePlan (from mla_decode_plan), got {type(plan).__name__}")
     elif plan.batch_size != batch:
         raise ValueError(f"Invalid plan: expected a plan for batch size {batch}, got one for {plan.batch_size}")
-    elif chosen == "triton" and plan.backend != "triton":
+    elif chosen == "triton" and indices is None and plan.backend != "triton":
         # The reference reads nothing but the partition count from a plan; the kernels need their schedule.
         raise ValueError(f"Invalid plan: expected a plan built for backend 'triton', got {plan.backend!r}")
-    parts = plan.num_partitions if num_partitions is None else check_int("num_partitions", num_partitions,
-                                                                        min_value=1)
+    else:
+        # The plan's grid covers plan.max_seq_length query tokens per sequence: more would leave rows unwritten.
+        need = kv.max_seq_length
+        if need is None and values_checkable(input_row_offsets) and batch:
+            need = int((input_row_offsets[1:] - input_row_offsets[:-1]).max())
+        if need is not None and need > plan.max_seq_length:
+            raise ValueError(f"Invalid plan: expected a plan with max_seq_length >= {need} (query tokens of a "
+                             f"sequence this step), got {plan.max_seq_length}")
+    if indices is not None:
+        # 0 lets the sparse kernel choose its split; a dense plan's worker count means nothing to it.
+        parts = num_partitions or 0
+    else:
+        parts = plan.num_partitions if num_partitions is None else num_partitions
     lse = torch.empty((num_rows, num_heads), dtype=torch.float32, device=q.device)
     torch.ops.pagedmla.mla_decode_kv_cache_ragged(
         q, input_row_offsets, kv.blocks, kv.cache_lengths, kv.lookup_table, kv.scales, plan.scalar_args,

@@ -121,7 +121,8 @@ def mla_decompress_k_cache_ragged_paged(buffer_row_offsets_1d: Tensor, cache_off
     kv = check_collection(kv_collection, layer_idx, mla=True)
     batch = check_row_offsets("buffer_row_offsets_1d", buffer_row_offsets_1d, batch_size=kv.batch_size,
                               total_rows=None, device=kv.device)
-    check_tensor("cache_offsets_1d", cache_offsets_1d, shape=(batch,), dtype=torch.int32, device=kv.device)
+    check_tensor("cache_offsets_1d", cache_offsets_1d, shape=(batch,), dtype=torch.int32, device=kv.device,
+                 contiguous_last_dim=True)
     check_tensor("weight", weight, ndim=2, dtype=FLOAT_DTYPES, device=kv.device, contiguous_last_dim=True)
     rank = weight.shape[1]
     if rank > kv.params.head_size:
@@ -185,7 +186,7 @@ def mla_prefill_kv_cache_ragged(q: Tensor, k: Tensor, v: Tensor, buffer_row_offs
             the decompressed k_buffer are fine (unit stride in the last dimension).
         buffer_row_offsets: int32 `[B+1]`; cache_offsets: int32 `[B]` (one chunk of the plan).
         input_row_offsets: int32 `[B+1]`; scale: softmax scale; mask / local_window_size: see docs/layout.md.
-        output: optional `[T, H, Dv]` in q's dtype.
+        output: optional `[T, H, Dv]` in q's dtype or float32 (what `mla_prefill` merges chunks in).
     Returns:
         output `[T, H, Dv]`, and with return_lse the float32 LSE `[T, H]` (-inf where no key is visible).
     """
@@ -197,7 +198,8 @@ def mla_prefill_kv_cache_ragged(q: Tensor, k: Tensor, v: Tensor, buffer_row_offs
     check_offsets_for(kv, input_row_offsets, q.shape[0])
     check_row_offsets("buffer_row_offsets", buffer_row_offsets, batch_size=kv.batch_size, total_rows=None,
                       device=kv.device)
-    check_tensor("cache_offsets", cache_offsets, shape=(kv.batch_size,), dtype=torch.int32, device=kv.device)
+    check_tensor("cache_offsets", cache_offsets, shape=(kv.batch_size,), dtype=torch.int32, device=kv.device,
+                 contiguous_last_dim=True)
     if values_checkable(buffer_row_offsets) and kv.batch_size and int(buffer_row_offsets[-1]) > k.shape[0]:
         raise ValueError(f"Invalid buffer_row_offsets: expected buffer_row_offsets[-1] <= {k.shape[0]} (rows of "
                          f"k), got {int(buffer_row_offsets[-1])}")
@@ -207,7 +209,8 @@ def mla_prefill_kv_cache_ragged(q: Tensor, k: Tensor, v: Tensor, buffer_row_offs
     if output is None:
         output = q.new_empty(out_shape)
     else:
-        check_tensor("output", output, shape=out_shape, dtype=q.dtype, device=kv.device, contiguous_last_dim=True)
+        check_tensor("output", output, shape=out_shape, dtype=(q.dtype, torch.float32), device=kv.device,
+                     contiguous_last_dim=True)
     lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
     chosen = _dispatch.resolve("mla_prefill_kv_cache_ragged", backend, kv.device)
     torch.ops.pagedmla.mla_prefill_kv_cache_ragged(
@@ -266,9 +269,11 @@ def mla_prefill(q: Tensor, input_row_offsets: Tensor, kv_collection, layer_idx: 
             continue
         mla_decompress_k_cache_ragged_paged(bro[c], co[c], length, kv_b_proj_weight, kv, layer_idx, latent,
                                             k_buffer, backend=backend)
+        # Several chunks merge in float32, so the result is rounded to q's dtype once.
+        o_c = q.new_empty((q.shape[0], num_heads, v_dim), dtype=torch.float32 if num_chunks > 1 else q.dtype)
         o_c, lse_c = mla_prefill_kv_cache_ragged(
             q, kv_view[..., :nope], kv_view[..., nope:], bro[c], co[c], input_row_offsets, kv, layer_idx, scale,
-            mask=mask, local_window_size=local_window_size, return_lse=True, backend=backend)
+            mask=mask, local_window_size=local_window_size, output=o_c, return_lse=True, backend=backend)
         if out is None:
             out, lse = o_c.float(), lse_c
         else:
