@@ -49,7 +49,6 @@ def test_demo_falls_back_to_layer_only_without_transformers(monkeypatch, capsys)
     assert "transformers is not installed" in out and "--layer-only" in out and "check OK" in out
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
 def test_demo_rejects_missing_cuda(capsys):
-    if torch.cuda.is_available():
-        pytest.skip("a CUDA device is present")
     assert demo.main(["--device", "cuda", "--quiet"]) == 2

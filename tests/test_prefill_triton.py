@@ -13,8 +13,8 @@ import torch
 from pagedmla import ops, quantize_kv_cache
 from pagedmla.configs.prefill import DecompressConfig, PrefillConfig
 from pagedmla.masks import mask_code
-from pagedmla.reference.attention import merge_states
 from pagedmla.ops import _triton_prefill
+from pagedmla.reference.attention import merge_states
 from pagedmla.testing import adversarial_lengths, assert_close, assert_close_to_reference, make_paged_batch
 
 MASKS = [("null", -1), ("causal", -1), ("sliding_window_causal", 5), ("sliding_window_noncausal", 7),

@@ -18,9 +18,9 @@ from .reference.paged import quantize_rows
 
 __all__ = [
     "KVCacheParams",
+    "OutOfPagesError",
     "PagedKVCacheCollection",
     "PagedKVCacheManager",
-    "OutOfPagesError",
     "quantize_kv_cache",
     "row_offsets",
 ]
@@ -150,9 +150,8 @@ class PagedKVCacheCollection:
         for name, v in (("max_seq_length", max_seq_length), ("max_cache_length", max_cache_length)):
             if v is not None:
                 check_int(name, v, min_value=0)
-        if values_checkable(cache_lengths, lookup_table) and batch:
-            if int(cache_lengths.min()) < 0:
-                raise ValueError(f"Invalid cache_lengths: expected values >= 0, got min {int(cache_lengths.min())}")
+        if values_checkable(cache_lengths, lookup_table) and batch and int(cache_lengths.min()) < 0:
+            raise ValueError(f"Invalid cache_lengths: expected values >= 0, got min {int(cache_lengths.min())}")
         self.blocks = blocks
         self.cache_lengths = cache_lengths
         self.lookup_table = lookup_table

@@ -40,8 +40,8 @@ def mask_code(mask: str, local_window_size: int) -> tuple[int, int]:
 
 def visible(q_pos: torch.Tensor, k_pos: torch.Tensor, num_keys, code: int, window: int) -> torch.Tensor:
     """Boolean visibility of key positions to query positions (broadcasting), per the table above."""
-    # `q_pos == q_pos` only broadcasts the result to (queries x keys).
-    ok = (k_pos < num_keys) & (q_pos == q_pos)
+    # The ones only broadcast the result to (queries x keys).
+    ok = (k_pos < num_keys) & torch.ones_like(q_pos, dtype=torch.bool)
     if code in (1, 2, 5):
         ok = ok & (k_pos <= q_pos)
     if code in (2, 3):

@@ -40,7 +40,7 @@ def _matmul_to_cache_kernel(
     rn = col_start + pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if USE_TMA:
-        for k in range(0, tl.cdiv(K, BLOCK_K)):
+        for k in range(tl.cdiv(K, BLOCK_K)):
             a = x.load([pid_m * BLOCK_M, k * BLOCK_K])
             b = w.load([col_start + pid_n * BLOCK_N, k * BLOCK_K])
             acc = dot(a, b.T, acc, INTERPRET, IEEE)
@@ -51,7 +51,7 @@ def _matmul_to_cache_kernel(
         rn_load = tl.where(rn < N, rn, 0).to(tl.int64)
         x_ptrs = x + rm_load[:, None] * stride_x_m + rk[None, :]
         w_ptrs = w + rn_load[None, :] * stride_w_n + rk[:, None]
-        for k in range(0, tl.cdiv(K, BLOCK_K)):
+        for k in range(tl.cdiv(K, BLOCK_K)):
             if K % BLOCK_K == 0:
                 a = tl.load(x_ptrs)
                 b = tl.load(w_ptrs)
