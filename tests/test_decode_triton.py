@@ -360,3 +360,246 @@ def test_reference_helpers_agree():
     low = lowprec_reference(pb, q, want_lse, "chunked", 4)
     assert_close(low, want, atol=1e-5)
     assert math.isfinite(float(want_lse.min()))
+
+
+# ---------------------------------------------------------------------------------------------- FP8 caches and q
+# The launcher handles FP8 caches and FP8 q; the lead enables the features in ops/decode.py after the GPU tier,
+# so until then these tests turn them on for themselves.
+
+FP8 = torch.float8_e4m3fn
+
+
+@pytest.fixture
+def fp8_features(monkeypatch):
+    from pagedmla.ops import _dispatch
+    key = "mla_decode_kv_cache_ragged"
+    have = _dispatch.TRITON_FEATURES.get(key, frozenset())
+    monkeypatch.setitem(_dispatch.TRITON_FEATURES, key, have | {"fp8_cache", "fp8_q", "rope_aware"})
+
+
+def fp8_q(q):
+    """q as e4m3 values with a float32 scale per row (amax / 448), and the float32 q they stand for."""
+    amax = q.float().abs().amax(dim=(1, 2)).clamp_min(1e-6) / 448.0
+    q8 = (q.float() / amax[:, None, None]).to(FP8)
+    return q8, amax.contiguous(), q8.float() * amax[:, None, None]
+
+
+def run_fp8(pb, kv, q, *, q_scale=None, mask="causal", window=-1, sink=None, parts=None, rope=ROPE):
+    out_dtype = torch.bfloat16 if q.dtype == FP8 else q.dtype
+    rope_aware = kv.params.per_token_scale_rope_aware
+    latent = kv.params.head_size - (2 if rope_aware else 1) * rope
+    out = torch.full((q.shape[0], q.shape[1], latent), float("nan"), dtype=out_dtype, device=q.device)
+    got, lse = pm.mla_decode_kv_cache_ragged(q, pb.input_row_offsets, kv, 1, SCALE, mask=mask,
+                                             local_window_size=window, output=out, return_lse=True,
+                                             attn_sink=sink, num_partitions=parts, q_scale=q_scale,
+                                             per_token_scale_rope_aware=rope_aware, qk_rope_head_dim=rope,
+                                             backend="triton")
+    assert got is out
+    return got, lse
+
+
+def fp8_reference(pb, kv, q32, *, mask="causal", window=-1, sink=None, rope=ROPE):
+    """The float32 reference on the FP8 cache (it dequantizes) with the float32 q the kernel's q stands for."""
+    return pm.mla_decode_kv_cache_ragged(q32, pb.input_row_offsets, kv, 1, SCALE, mask=mask,
+                                         local_window_size=window, return_lse=True, attn_sink=sink,
+                                         per_token_scale_rope_aware=kv.params.per_token_scale_rope_aware,
+                                         qk_rope_head_dim=rope, backend="reference")
+
+
+def fp8_lowprec(pb, kv, q32, dtype, *, mask="causal", window=-1, sink=None, rope=ROPE):
+    """The reference's math with the kernel's roundings in `dtype`: the dequantized keys (and V) and the softmax
+    weights rounded, the output rounded. Returns (out, lse)."""
+    from pagedmla.reference.paged import dequantize_rows
+    rows = dequantize_rows(kv.blocks, kv.scales, granularity=kv.params.quantization_granularity,
+                           rope_aware=kv.params.per_token_scale_rope_aware, qk_rope_head_dim=rope)
+    rows = rows.to(dtype).float()
+    latent = q32.shape[-1] - rope
+    out = torch.zeros(q32.shape[0], q32.shape[1], latent, device=q32.device)
+    lse = torch.zeros(q32.shape[0], q32.shape[1], device=q32.device)
+    offs = pb.input_row_offsets.tolist()
+    for b in range(len(offs) - 1):
+        g0, g1 = offs[b], offs[b + 1]
+        if g1 == g0:
+            continue
+        pos = pb.positions(b)
+        blk = torch.tensor([p[0] for p in pos], device=rows.device)
+        slot = torch.tensor([p[1] for p in pos], device=rows.device)
+        keys = rows[blk, 0, 1, slot][:, 0].to(q32.device)
+        n = keys.shape[0]
+        q_pos = torch.arange(n - (g1 - g0), n, device=q32.device).view(-1, 1, 1)
+        vis = visible(q_pos, torch.arange(n, device=q32.device).view(1, 1, -1), n, pm.MASKS[mask], max(window, 0))
+        logits = SCALE * torch.einsum("shd,nd->shn", q32[g0:g1], keys).masked_fill(~vis, float("-inf"))
+        weights = torch.exp(logits - logits.amax(-1, keepdim=True))
+        o = (weights.to(dtype).float() @ keys[:, :latent]) / weights.sum(-1, keepdim=True)
+        row_lse = torch.logsumexp(logits, -1)
+        if sink is not None:
+            o = o * torch.sigmoid(row_lse - sink).unsqueeze(-1)
+        out[g0:g1] = o
+        lse[g0:g1] = row_lse
+    return out.to(dtype).float(), lse
+
+
+def check_fp8_lowprec(got, lse, want, want_lse, low, low_lse):
+    """`assert_close_to_reference` with the emulated error's envelope: the kernel rounds at other points than
+    the emulation (a tile with one scale per key feeds the raw e4m3 values to the MMA and scales the logits), so
+    the errors are bounded by the emulation's largest error per row (per call for the LSE), plus one rounding
+    step of the largest output (P and the output are rounded to 16 bits)."""
+    err = (low - want).abs().nan_to_num(0.0).amax(-1, keepdim=True)
+    eps = 2.0 ** -7 * float(want.abs().max())
+    assert_close_to_reference(got.float(), want, want + err, eps=eps)
+    err_lse = (low_lse - want_lse).abs().nan_to_num(0.0).max()
+    assert_close_to_reference(lse, want_lse, want_lse + err_lse, eps=1e-4, name="lse")
+
+
+@cpu_tier
+@pytest.mark.parametrize("page_size", [1, 16], ids=["ps1", "ps16"])
+@pytest.mark.parametrize("granularity", [
+    pytest.param(16, id="G16-groups"),  # latent: 4 groups of 16 (reshaped); rope: one scale per row
+    pytest.param(64, id="G64-one-per-tile"),  # latent and rope: one scale per row (on the logits and P)
+    pytest.param(48, id="G48-non-divisor"),  # latent: per-element scales; rope: one per row
+    pytest.param(8, id="G8-rope-groups"),  # the rope tile in 2 groups too
+])
+def test_fp8_cache_float32_q(fp8_features, granularity, page_size):
+    pb, q = batch([5, 0, 20, 9], [2, 1, 3, 0], page_size=page_size, seed=67)
+    kv = pm.quantize_kv_cache(pb.kv, granularity)
+    assert bool(torch.isnan(kv.scales).any()), "the poisoned slots must give NaN scales"
+    for mask, window in [("causal", -1), ("sliding_window_causal", 3)]:
+        got, lse = run_fp8(pb, kv, q, mask=mask, window=window)
+        check_fp32(got, lse, *fp8_reference(pb, kv, q, mask=mask, window=window))
+
+
+@cpu_tier
+@pytest.mark.parametrize("granularity", [16, 48, 12], ids=["G16", "G48", "G12-rope-per-element"])
+def test_fp8_cache_split_with_sinks(fp8_features, granularity):
+    pb, q = batch([43, 0, 35], [2, 3, 3], page_size=4, seed=71)
+    kv = pm.quantize_kv_cache(pb.kv, granularity)
+    sink = torch.tensor([0.5, -1.0, 2.0, 0.0])
+    got, lse = run_fp8(pb, kv, q, sink=sink, parts=3, mask="sliding_window_causal", window=6)
+    check_fp32(got, lse, *fp8_reference(pb, kv, q, sink=sink, mask="sliding_window_causal", window=6))
+
+
+@cpu_tier
+@pytest.mark.parametrize("q_dtype,granularity,page_size", [
+    pytest.param(torch.bfloat16, 16, 16, id="bf16q-G16-ps16"),
+    pytest.param(torch.bfloat16, 48, 1, id="bf16q-G48-ps1"),
+    pytest.param(torch.float16, 64, 16, id="fp16q-G64-ps16"),
+    pytest.param(FP8, 16, 16, id="fp8q-G16-ps16"),
+    pytest.param(FP8, 48, 1, id="fp8q-G48-ps1"),
+])
+@pytest.mark.parametrize("mask,window", [("causal", -1), ("sliding_window_causal", 4)], ids=["causal", "swa4"])
+def test_fp8_cache_low_precision(fp8_features, q_dtype, granularity, page_size, mask, window):
+    pb, q = batch([21, 4, 0, 9], [1, 3, 2, 2], page_size=page_size, seed=73)
+    kv = pm.quantize_kv_cache(pb.kv, granularity)
+    sink = torch.tensor([0.1, 1.0, -1.0, 2.0])
+    if q_dtype == FP8:
+        q_in, q_scale, q32 = fp8_q(q)
+        dtype = torch.bfloat16
+    else:
+        q_in, q_scale = q.to(q_dtype), None
+        q32, dtype = q_in.float(), q_dtype
+    got, lse = run_fp8(pb, kv, q_in, q_scale=q_scale, sink=sink, parts=2, mask=mask, window=window)
+    assert got.dtype == dtype
+    want, want_lse = fp8_reference(pb, kv, q32, sink=sink, mask=mask, window=window)
+    low, low_lse = fp8_lowprec(pb, kv, q32, dtype, sink=sink, mask=mask, window=window)
+    check_fp8_lowprec(got, lse, want, want_lse, low, low_lse)
+
+
+@cpu_tier
+@pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float32], ids=["bf16-cache", "fp32-cache"])
+def test_fp8_q_with_unquantized_cache(fp8_features, cache_dtype):
+    pb, q = batch([9, 17, 3], [2, 1, 3], dtype=cache_dtype, page_size=16, seed=79)
+    q8, q_scale, q32 = fp8_q(q)
+    got, lse = run_fp8(pb, pb.kv, q8, q_scale=q_scale, mask="sliding_window_causal", window=5)
+    assert got.dtype == torch.bfloat16
+    want, want_lse = reference(pb, q32, "sliding_window_causal", 5)
+    if cache_dtype == torch.float32:
+        # float32 math, only the output rounded to bf16 (one step of its largest value)
+        assert_close(got.float(), want, atol=2.0 ** -7 * float(want.abs().max()), rtol=0)
+        assert_close(lse, want_lse, atol=2e-5, rtol=1e-5, name="lse")
+    else:
+        low = lowprec_reference(pb, q32.to(torch.bfloat16), want_lse, "sliding_window_causal", 5)
+        assert_close_to_reference(got.float(), want, low.float(), eps=2.0 ** -7 * float(want.abs().max()))
+        assert_close(lse, want_lse, atol=1e-3, rtol=1e-4, name="lse")
+
+
+def fp8_q_rope_aware(q, rope=ROPE):
+    """q `[T, H, latent + rope]` as the rope-aware FP8 row (e4m3 latent with a scale per token, then the rope
+    part as bf16 bytes), its scales, and the float32 q it stands for."""
+    latent = q.shape[-1] - rope
+    amax = q[..., :latent].float().abs().amax(dim=(1, 2)).clamp_min(1e-6) / 448.0
+    lat8 = (q[..., :latent].float() / amax[:, None, None]).to(FP8)
+    rope16 = q[..., latent:].to(torch.bfloat16).contiguous()
+    q8 = torch.cat([lat8, rope16.view(FP8)], dim=-1).contiguous()
+    q32 = torch.cat([lat8.float() * amax[:, None, None], rope16.float()], dim=-1)
+    return q8, amax.contiguous(), q32
+
+
+@cpu_tier
+@pytest.mark.parametrize("q_kind,page_size", [
+    pytest.param("fp32", 1, id="fp32q-ps1"),
+    pytest.param("bf16", 16, id="bf16q-ps16"),
+    pytest.param("fp8", 16, id="fp8q-ps16"),
+    pytest.param("fp8", 1, id="fp8q-ps1"),
+])
+@pytest.mark.parametrize("mask,window", [("causal", -1), ("sliding_window_causal", 4)], ids=["causal", "swa4"])
+def test_fp8_rope_aware(fp8_features, q_kind, page_size, mask, window):
+    pb, q = batch([21, 4, 0, 9], [1, 3, 2, 2], page_size=page_size, seed=83)
+    kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=ROPE)
+    assert kv.params.head_size == LATENT + 2 * ROPE
+    sink = torch.tensor([0.1, 1.0, -1.0, 2.0])
+    if q_kind == "fp8":
+        q_in, q_scale, q32 = fp8_q_rope_aware(q)
+    else:
+        q_in, q_scale = q.to(torch.float32 if q_kind == "fp32" else torch.bfloat16), None
+        q32 = q_in.float()
+    got, lse = run_fp8(pb, kv, q_in, q_scale=q_scale, sink=sink, parts=2, mask=mask, window=window)
+    want, want_lse = fp8_reference(pb, kv, q32, sink=sink, mask=mask, window=window)
+    if q_kind == "fp32":
+        check_fp32(got, lse, want, want_lse)
+        return
+    low, low_lse = fp8_lowprec(pb, kv, q32, torch.bfloat16, sink=sink, mask=mask, window=window)
+    check_fp8_lowprec(got, lse, want, want_lse, low, low_lse)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("granularity", [64, 128], ids=["G64", "G128-five-groups"])
+@pytest.mark.parametrize("heads,cache,new", [
+    pytest.param(16, [1000, 0, 63, 4000, 129], [1, 1, 1, 1, 1], id="H16-q1"),
+    pytest.param(128, [2000, 127, 5, 700], [1, 2, 1, 3], id="H128-mtp"),
+    pytest.param(128, [(37 * i) % 700 for i in range(20)], [1 + i % 2 for i in range(20)], id="H128-B20-mtp"),
+])
+@pytest.mark.parametrize("q_kind", ["bf16", "fp8"])
+@pytest.mark.parametrize("mask,window", [("causal", -1), ("sliding_window_causal", 100)], ids=["causal", "swa100"])
+def test_gpu_fp8_cache_deepseek_shapes(fp8_features, granularity, heads, cache, new, q_kind, mask, window):
+    pb, q = batch(cache, new, heads=heads, head_size=576, page_size=64, dtype=torch.bfloat16, seed=89,
+                  device="cuda")
+    kv = pm.quantize_kv_cache(pb.kv, granularity)
+    if q_kind == "fp8":
+        q_in, q_scale, q32 = fp8_q(q)
+    else:
+        q_in, q_scale, q32 = q, None, q.float()
+    got, lse = run_fp8(pb, kv, q_in, q_scale=q_scale, mask=mask, window=window, rope=64)
+    want, want_lse = fp8_reference(pb, kv, q32, mask=mask, window=window, rope=64)
+    low, low_lse = fp8_lowprec(pb, kv, q32, torch.bfloat16, mask=mask, window=window, rope=64)
+    check_fp8_lowprec(got, lse, want, want_lse, low, low_lse)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads,cache,new", [
+    pytest.param(16, [1000, 0, 63, 4000, 129], [1, 1, 1, 1, 1], id="H16-q1"),
+    pytest.param(128, [2000, 127, 5, 700], [1, 2, 1, 3], id="H128-mtp"),
+])
+@pytest.mark.parametrize("q_kind", ["bf16", "fp8"])
+def test_gpu_fp8_rope_aware_deepseek_shapes(fp8_features, heads, cache, new, q_kind):
+    """The 640-byte rope-aware row (512 e4m3 latent bytes, 64 bf16 rope values) at 576 logical columns."""
+    pb, q = batch(cache, new, heads=heads, head_size=576, page_size=64, dtype=torch.bfloat16, seed=97,
+                  device="cuda")
+    kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64)
+    if q_kind == "fp8":
+        q_in, q_scale, q32 = fp8_q_rope_aware(q, rope=64)
+    else:
+        q_in, q_scale, q32 = q, None, q.float()
+    got, lse = run_fp8(pb, kv, q_in, q_scale=q_scale, rope=64)
+    want, want_lse = fp8_reference(pb, kv, q32, rope=64)
+    low, low_lse = fp8_lowprec(pb, kv, q32, torch.bfloat16, rope=64)
+    check_fp8_lowprec(got, lse, want, want_lse, low, low_lse)

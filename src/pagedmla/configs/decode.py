@@ -67,7 +67,8 @@ def block_m_for(num_heads: int, max_q: int) -> int:
 
 
 def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q_dtype: torch.dtype,
-              cache_dtype: torch.dtype, batch: int = 64, interpret: bool = False) -> DecodeConfig:
+              cache_dtype: torch.dtype, batch: int = 64, interpret: bool = False,
+              compute_dtype: torch.dtype | None = None) -> DecodeConfig:
     """Tiles for one decode call (measured on an H200, see benchmarks/decode_probe.py).
 
     Every tile takes 8 warps: a 64-row tile needs two warpgroups for its `[64, kv_lora_rank]` float32
@@ -77,10 +78,19 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     because the warpgroup MMAs of the logits get twice as wide; small batches (few, long pieces per program)
     gain more from the overlap. float32 operands (any float32 input, or q and cache of
     different types) take the FMA path, whose operands live in registers: 16-row tiles.
+
+    FP8 cache or q (`compute_dtype` given: the MMA operands' dtype): the e4m3 rows pass through registers to be
+    dequantized before the MMA, so the dequantized block needs shared memory next to the pipelined raw
+    buffers: two stages, and 32-key blocks at 64-row tiles (not yet measured on the H200; a first guess that
+    keeps shared memory under the budget).
     """
     block_m = block_m_for(num_heads, max_q)
     if interpret:
         return DecodeConfig(block_m=block_m, block_n=16, num_warps=1, num_stages=1)
+    if compute_dtype is not None:
+        if compute_dtype == torch.float32:
+            return DecodeConfig(block_m=16, block_n=32, num_warps=8, num_stages=2)
+        return DecodeConfig(block_m=block_m, block_n=32 if block_m >= 64 else 64, num_warps=8, num_stages=2)
     if torch.float32 in (q_dtype, cache_dtype) or q_dtype != cache_dtype:
         return DecodeConfig(block_m=16, block_n=32, num_warps=8, num_stages=2)
     if block_m >= 64:

@@ -16,6 +16,13 @@ Schedule (int32 `[1 + W + B, 4]`, written by the plan kernel, read by the others
     row 1 + W + b: sequence b: first worker, last worker, partial slot of the first worker, 0
         (workers -1 for a sequence without query tokens; the 0 is read by the main kernel as an opaque zero)
 
+FP8 (behind the constexpr QUANT; the bf16/fp16/fp32 path compiles as before): e4m3 cache rows are
+dequantized in registers with the scales of the same (block, slot), in the scale modes of
+`pagedmla.kernels.mla_sparse_decode` (one scale per tile on the logits and P, power-of-two groups through a
+`[BLOCK_N, NG, GS]` view, or one scale per element); an e4m3 q's row scale multiplies the logits. The
+rope-aware row (e4m3 latent with one scale per row, then the rope part as bf16 bytes) reads its rope columns
+through a bf16 view of the cache (and of an FP8 q).
+
 Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave the kernels in natural log.
 """
 
@@ -23,6 +30,7 @@ import triton
 import triton.language as tl
 
 from .common import dot, visible_range
+from .mla_sparse_decode import _cast, _dequant, _load_scales
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -106,12 +114,22 @@ def _mla_decode_plan_kernel(
 
 
 @triton.jit
-def _attend_block(acc, m_i, l_i, q_nope, q_rope, k0, key_hi, vis_lo, vis_hi,
-                  blocks_ptr, lookup_row_ptr, layer_offset, page_size, stride_blk_b, stride_blk_s, qk_scale,
+def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, vis_lo, vis_hi,
+                  blocks_ptr, scales_ptr, rope_ptr, lookup_row_ptr, layer_offset, s_layer_offset, r_layer_offset,
+                  page_size, stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
                   KV_LORA_RANK: tl.constexpr, ROPE_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_IN_PAGE: tl.constexpr, INTERPRET: tl.constexpr, IEEE: tl.constexpr):
+                  BLOCK_IN_PAGE: tl.constexpr, INTERPRET: tl.constexpr, IEEE: tl.constexpr, QUANT: tl.constexpr,
+                  G: tl.constexpr, LAT_MODE: tl.constexpr, LAT_NG: tl.constexpr, LAT_GS: tl.constexpr,
+                  ROPE_MODE: tl.constexpr, ROPE_NG: tl.constexpr, ROPE_GS: tl.constexpr, CD: tl.constexpr,
+                  ROPE_AWARE: tl.constexpr, ROPE_OFF: tl.constexpr, SPLIT_QS: tl.constexpr):
     """One block of BLOCK_N keys starting at k0 (a multiple of BLOCK_N): online softmax update of
-    (acc, m_i, l_i). BLOCK_IN_PAGE: page_size is a multiple of BLOCK_N, so the block is one run of rows."""
+    (acc, m_i, l_i). BLOCK_IN_PAGE: page_size is a multiple of BLOCK_N, so the block is one run of rows.
+
+    QUANT (FP8 cache and/or FP8 q): operands in the compute dtype CD, the cache rows dequantized by their
+    scales per the scale modes of `pagedmla.kernels.mla_sparse_decode`, and the logits multiplied by the
+    per-row `qs` (qk_scale times q's scale) instead of `qk_scale`. ROPE_AWARE: the rope columns are bf16 values
+    at `ROPE_OFF` of the rows of `rope_ptr` (the cache viewed as bf16); SPLIT_QS: the rope logits take
+    `qs_rope` (an FP8 q's scale covers its latent part only)."""
     offs_n = k0 + tl.arange(0, BLOCK_N)
     # keys past the tile's interval are never loaded: the lookup table past a sequence's pages and the cache
     # slots past N_b hold garbage, and zeroed V lanes keep NaN out of the products
@@ -126,33 +144,88 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, k0, key_hi, vis_lo, vis_hi,
         row = block.to(tl.int64) * stride_blk_b + (offs_n % page_size).to(tl.int64) * stride_blk_s + layer_offset
     k_nope = tl.load(blocks_ptr + row[:, None] + tl.arange(0, KV_LORA_RANK)[None, :], mask=k_ok[:, None],
                      other=0.0)  # [BLOCK_N, KV_LORA_RANK], also V
-    k_rope = tl.load(blocks_ptr + row[:, None] + KV_LORA_RANK + tl.arange(0, ROPE_DIM)[None, :],
-                     mask=k_ok[:, None], other=0.0)
-    k_nope = k_nope.to(q_nope.dtype)
-    k_rope = k_rope.to(q_nope.dtype)
-    s = dot(q_nope, tl.trans(k_nope), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), INTERPRET, IEEE)
-    s = dot(q_rope, tl.trans(k_rope), s, INTERPRET, IEEE)
-    vis = (offs_n[None, :] >= vis_lo[:, None]) & (offs_n[None, :] < vis_hi[:, None])
-    s = tl.where(vis, s * qk_scale, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    # rows that have seen no key yet keep m = -inf; shift them by 0 so exp2 gives 0, not NaN
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(m_i - m_safe)
-    p = tl.exp2(s - m_safe[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = dot(p.to(k_nope.dtype), k_nope, acc * alpha[:, None], INTERPRET, IEEE)
+    if QUANT:
+        if ROPE_AWARE:
+            if BLOCK_IN_PAGE:
+                row_r = (block.to(tl.int64) * stride_r_b + (k0 % page_size).to(tl.int64) * stride_r_s
+                         + r_layer_offset + tl.arange(0, BLOCK_N).to(tl.int64) * stride_r_s)
+            else:
+                row_r = (block.to(tl.int64) * stride_r_b + (offs_n % page_size).to(tl.int64) * stride_r_s
+                         + r_layer_offset)
+        else:
+            row_r = row
+        k_rope = tl.load(rope_ptr + row_r[:, None] + ROPE_OFF + tl.arange(0, ROPE_DIM)[None, :],
+                         mask=k_ok[:, None], other=0.0)
+        # the scales of the same rows (masked keys read scale 0: their zeroed values stay 0, never NaN)
+        if BLOCK_IN_PAGE:
+            slot = (k0 % page_size).to(tl.int64) + tl.arange(0, BLOCK_N).to(tl.int64)
+        else:
+            slot = (offs_n % page_size).to(tl.int64)
+        srow = scales_ptr + block.to(tl.int64) * stride_s_b + s_layer_offset + slot * stride_s_s
+        s_lat = _load_scales(srow, k_ok, 0, KV_LORA_RANK, G, LAT_MODE, LAT_NG, BLOCK_N)
+        s_rope = _load_scales(srow, k_ok, KV_LORA_RANK, ROPE_DIM, G, ROPE_MODE, ROPE_NG, BLOCK_N)
+        k_nope = _dequant(k_nope, s_lat, KV_LORA_RANK, LAT_MODE, LAT_NG, LAT_GS, BLOCK_N, CD, INTERPRET)
+        k_rope = _dequant(k_rope, s_rope, ROPE_DIM, ROPE_MODE, ROPE_NG, ROPE_GS, BLOCK_N, CD, INTERPRET)
+        zero = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        if LAT_MODE == 1 or ROPE_MODE == 1:
+            # a tile with one scale per key row: raw values into the MMA, the scale onto the logits' columns
+            s_l = dot(q_nope, tl.trans(k_nope), zero, INTERPRET, IEEE)
+            if LAT_MODE == 1:
+                s_l = s_l * s_lat[None, :]
+            s_r = dot(q_rope, tl.trans(k_rope), zero, INTERPRET, IEEE)
+            if ROPE_MODE == 1:
+                s_r = s_r * s_rope[None, :]
+            if SPLIT_QS:
+                s = s_l * qs[:, None] + s_r * qs_rope[:, None]
+            else:
+                s = (s_l + s_r) * qs[:, None]
+        else:
+            s = dot(q_rope, tl.trans(k_rope), dot(q_nope, tl.trans(k_nope), zero, INTERPRET, IEEE), INTERPRET, IEEE)
+            s = s * qs[:, None]
+        vis = (offs_n[None, :] >= vis_lo[:, None]) & (offs_n[None, :] < vis_hi[:, None])
+        s = tl.where(vis, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if LAT_MODE == 1:
+            # V's per-row scale moves onto P's columns
+            p = p * s_lat[None, :]
+        acc = dot(_cast(p, CD, INTERPRET), k_nope, acc * alpha[:, None], INTERPRET, IEEE)
+    else:
+        k_rope = tl.load(blocks_ptr + row[:, None] + KV_LORA_RANK + tl.arange(0, ROPE_DIM)[None, :],
+                         mask=k_ok[:, None], other=0.0)
+        k_nope = k_nope.to(q_nope.dtype)
+        k_rope = k_rope.to(q_nope.dtype)
+        s = dot(q_nope, tl.trans(k_nope), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), INTERPRET, IEEE)
+        s = dot(q_rope, tl.trans(k_rope), s, INTERPRET, IEEE)
+        vis = (offs_n[None, :] >= vis_lo[:, None]) & (offs_n[None, :] < vis_hi[:, None])
+        s = tl.where(vis, s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # rows that have seen no key yet keep m = -inf; shift them by 0 so exp2 gives 0, not NaN
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = dot(p.to(k_nope.dtype), k_nope, acc * alpha[:, None], INTERPRET, IEEE)
     return acc, m_new, l_i
 
 
 @triton.jit(do_not_specialize=["batch", "num_heads", "num_tiles", "layer_idx", "page_size", "mask_code", "window"])
 def _mla_decode_kernel(
     q_ptr, out_ptr, lse_ptr, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, schedule_ptr, sink_ptr,
-    part_out_ptr, part_lse_ptr,
+    part_out_ptr, part_lse_ptr, scales_ptr, q_scale_ptr, rope_ptr, q_rope_ptr,
     batch, num_heads, num_workers, num_tiles, layer_idx, page_size, mask_code, window, qk_scale,
     stride_q_t, stride_q_h, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_lt_b,
     stride_blk_b, stride_blk_l, stride_blk_s, stride_po_s, stride_po_r, stride_pl_s,
+    stride_s_b, stride_s_l, stride_s_s, stride_r_b, stride_r_l, stride_r_s, stride_qr_t, stride_qr_h,
     KV_LORA_RANK: tl.constexpr, ROPE_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_SINK: tl.constexpr, BLOCK_IN_PAGE: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
+    QUANT: tl.constexpr, Q_SCALED: tl.constexpr, G: tl.constexpr, LAT_MODE: tl.constexpr, LAT_NG: tl.constexpr,
+    LAT_GS: tl.constexpr, ROPE_MODE: tl.constexpr, ROPE_NG: tl.constexpr, ROPE_GS: tl.constexpr,
+    CD: tl.constexpr, ROPE_AWARE: tl.constexpr, ROPE_OFF: tl.constexpr, Q_ROPE_OFF: tl.constexpr,
+    SPLIT_QS: tl.constexpr,
 ):
     """Program (worker w, row tile t): the tile's rows against the keys of w's span, sequence by sequence."""
     pid = tl.program_id(0)
@@ -167,6 +240,8 @@ def _mla_decode_kernel(
     offs_d = tl.arange(0, KV_LORA_RANK)
     offs_r = tl.arange(0, ROPE_DIM)
     layer_offset = layer_idx.to(tl.int64) * stride_blk_l
+    s_layer_offset = layer_idx.to(tl.int64) * stride_s_l
+    r_layer_offset = layer_idx.to(tl.int64) * stride_r_l
 
     b = first_seq
     while b <= tl.minimum(last_seq, batch - 1):
@@ -194,10 +269,28 @@ def _mla_decode_kernel(
             zero = tl.load(schedule_ptr + (1 + num_workers + b) * 4 + 3)
             q_row = (row_start + tok).to(tl.int64) * stride_q_t + head.to(tl.int64) * stride_q_h
             q_nope = tl.load(q_ptr + q_row[:, None] + offs_d[None, :], mask=m_ok[:, None], other=0.0)
-            q_rope = tl.load(q_ptr + q_row[:, None] + KV_LORA_RANK + offs_r[None, :], mask=m_ok[:, None], other=0.0)
-            if IEEE:
-                q_nope = q_nope.to(tl.float32)
-                q_rope = q_rope.to(tl.float32)
+            if QUANT:
+                # FP8 q converts exactly to CD; its row scale joins qk_scale on the logits (the rope-aware FP8
+                # q: on the latent logits only, its rope part is bf16 at Q_ROPE_OFF of the row viewed as bf16)
+                qr_row = (row_start + tok).to(tl.int64) * stride_qr_t + head.to(tl.int64) * stride_qr_h
+                q_rope = tl.load(q_rope_ptr + qr_row[:, None] + Q_ROPE_OFF + offs_r[None, :], mask=m_ok[:, None],
+                                 other=0.0)
+                q_nope = q_nope.to(CD)
+                q_rope = q_rope.to(CD)
+                qs = tl.zeros([BLOCK_M], dtype=tl.float32) + qk_scale
+                qs_rope = qs
+                if Q_SCALED:
+                    qs = qs * tl.load(q_scale_ptr + row_start + tok, mask=m_ok, other=0.0)
+                    if not SPLIT_QS:
+                        qs_rope = qs
+            else:
+                q_rope = tl.load(q_ptr + q_row[:, None] + KV_LORA_RANK + offs_r[None, :], mask=m_ok[:, None],
+                                 other=0.0)
+                qs = qk_scale
+                qs_rope = qk_scale
+                if IEEE:
+                    q_nope = q_nope.to(tl.float32)
+                    q_rope = q_rope.to(tl.float32)
             lookup_row = lookup_ptr + b.to(tl.int64) * stride_lt_b
             acc = tl.zeros([BLOCK_M, KV_LORA_RANK], dtype=tl.float32)
             m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -207,16 +300,20 @@ def _mla_decode_kernel(
                 k0 = key_lo
                 while k0 < key_hi:
                     acc, m_i, l_i = _attend_block(
-                        acc, m_i, l_i, q_nope, q_rope, k0, key_hi, vis_lo, vis_hi, blocks_ptr, lookup_row, layer_offset,
-                        page_size, stride_blk_b, stride_blk_s, qk_scale, KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N,
-                        BLOCK_IN_PAGE, INTERPRET, IEEE)
+                        acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, vis_lo, vis_hi, blocks_ptr,
+                        scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
+                        stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
+                        KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
+                        LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS)
                     k0 += BLOCK_N
             else:
                 for k0 in range(key_lo, key_hi, BLOCK_N):
                     acc, m_i, l_i = _attend_block(
-                        acc, m_i, l_i, q_nope, q_rope, k0, key_hi, vis_lo, vis_hi, blocks_ptr, lookup_row, layer_offset,
-                        page_size, stride_blk_b, stride_blk_s, qk_scale, KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N,
-                        BLOCK_IN_PAGE, INTERPRET, IEEE)
+                        acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, vis_lo, vis_hi, blocks_ptr,
+                        scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
+                        stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
+                        KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
+                        LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS)
 
             has = l_i > 0
             lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * LN2, float("-inf"))

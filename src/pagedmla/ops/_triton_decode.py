@@ -31,6 +31,7 @@ from ..kernels.mla_decode import (
     _mla_decode_plan_kernel,
 )
 from ._dispatch import interpreter_enabled
+from ._triton_sparse_decode import _TL_DTYPES, _tile_mode, compute_dtype
 from .decode import DecodePlan
 
 # logits are scaled by scale * log2(e) so the kernels use exp2
@@ -91,25 +92,52 @@ def refresh_plan(plan_: DecodePlan, input_row_offsets: torch.Tensor, kv_collecti
     fill_schedule(plan_.schedule, input_row_offsets, kv_collection.cache_lengths, cfg)
 
 
-def _check_dims(q, blocks, out, qk_rope_head_dim: int) -> tuple[int, int]:
+def _check_dims(q, blocks, out, qk_rope_head_dim: int, rope_aware: bool = False) -> tuple[int, int]:
     kv_lora_rank = out.shape[-1]
-    rope = blocks.shape[-1] - kv_lora_rank
+    if rope_aware:
+        rope = qk_rope_head_dim
+        row = kv_lora_rank + 2 * rope
+        want_q = row if q.dtype == torch.float8_e4m3fn else kv_lora_rank + rope
+        if blocks.dtype != torch.float8_e4m3fn or blocks.shape[-1] != row or q.shape[-1] != want_q:
+            raise ValueError(f"Invalid rope-aware shapes: expected float8_e4m3fn rows of {row} bytes and q's last "
+                             f"dimension {want_q}, got {blocks.dtype} rows of {blocks.shape[-1]} and "
+                             f"{q.shape[-1]}")
+    else:
+        rope = blocks.shape[-1] - kv_lora_rank
     for name, value in (("kv_lora_rank", kv_lora_rank), ("qk_rope_head_dim", rope)):
         if value < 16 or value & (value - 1):
             raise ValueError(f"Invalid {name} for the Triton decode: expected a power of two >= 16, got {value} "
                              f"(use backend='reference')")
-    if rope != qk_rope_head_dim or q.shape[-1] != blocks.shape[-1]:
+    if not rope_aware and (rope != qk_rope_head_dim or q.shape[-1] != blocks.shape[-1]):
         raise ValueError(f"Invalid shape of q: expected last dimension {blocks.shape[-1]} "
                          f"(kv_lora_rank {kv_lora_rank} + qk_rope_head_dim {qk_rope_head_dim}), got {q.shape[-1]}")
     return kv_lora_rank, rope
 
 
+def _scale_modes(blocks, scales, granularity: int, kv_lora_rank: int, rope: int,
+                 rope_aware: bool) -> tuple[int, tuple[int, ...]]:
+    """(G, (latent mode, NG, GS, rope mode, NG, GS)) of an FP8 cache (see `_tile_mode`); mode 0 without
+    scales. The rope-aware row: the latent's one scale (column 0) per row, the bf16 rope unscaled."""
+    if scales is None:
+        return blocks.shape[-1], (0, 1, kv_lora_rank, 0, 1, rope)
+    if blocks.stride(-1) != 1 or scales.stride(-1) != 1:
+        raise ValueError(f"Invalid layout of the FP8 cache: expected a contiguous last dimension of blocks and "
+                         f"scales, got strides {tuple(blocks.stride())} and {tuple(scales.stride())}")
+    if rope_aware:
+        return blocks.shape[-1], (1, 1, kv_lora_rank, 0, 1, rope)
+    group = granularity or blocks.shape[-1] // scales.shape[-1]
+    return group, _tile_mode(0, kv_lora_rank, group) + _tile_mode(kv_lora_rank, rope, group)
+
+
 def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx: int, scale: float,
                   mask_code: int, window: int, out, lse, schedule, *, max_seq_length: int, attn_sink=None,
-                  qk_rope_head_dim: int = 64, config: DecodeConfig | None = None,
-                  combine_config: CombineConfig | None = None) -> None:
+                  qk_rope_head_dim: int = 64, scales=None, q_scale=None, quant_granularity: int = 0,
+                  rope_aware: bool = False, config: DecodeConfig | None = None, combine_config: CombineConfig | None = None) -> None:
     """Run the dense decode with a built schedule; fills `out` `[T, H, kv_lora_rank]` and `lse` `[T, H]`.
 
+    `scales` (float32 `[num_blocks, 1, num_layers, page_size, 1, ceil(head_size / G)]`) dequantizes an FP8
+    cache with one scale per `quant_granularity` columns; `q_scale` (float32 `[T]`) an FP8 q. `rope_aware`:
+    the rope-aware FP8 row (and an FP8 q in the same layout).
     Allocates only the float32 partial results of split sequences (`[2W, rows, kv_lora_rank]`, sized by host
     ints), and nothing when the schedule has a single worker.
     """
@@ -118,12 +146,29 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
     num_workers = schedule.shape[0] - 1 - batch
     if num_rows == 0 or batch == 0 or num_heads == 0:
         return
-    kv_lora_rank, rope = _check_dims(q, blocks, out, qk_rope_head_dim)
+    kv_lora_rank, rope = _check_dims(q, blocks, out, qk_rope_head_dim, rope_aware)
     interpret = interpreter_enabled()
     max_q = max(1, max_seq_length)
+    q_fp8 = q.dtype == torch.float8_e4m3fn
+    quant = scales is not None or q_fp8
+    group, modes = _scale_modes(blocks, scales, quant_granularity, kv_lora_rank, rope, rope_aware)
+    if rope_aware:
+        if scales is None:
+            raise ValueError("Invalid scales: expected float32 scales for the rope-aware FP8 cache, got None")
+        # the rope columns are bf16 values in the last 2 * rope bytes of the row (of q's too when it is FP8)
+        rope_view, rope_off = blocks.view(torch.bfloat16), kv_lora_rank // 2
+        q_rope, q_rope_off = (q.view(torch.bfloat16), kv_lora_rank // 2) if q_fp8 else (q, kv_lora_rank)
+    else:
+        rope_view, rope_off, q_rope, q_rope_off = blocks, kv_lora_rank, q, kv_lora_rank
+    if quant:
+        cd = compute_dtype(q.dtype, blocks.dtype, rope_aware)
+        ieee = cd == torch.float32
+    else:
+        cd = q.dtype
+        ieee = torch.float32 in (q.dtype, blocks.dtype) or q.dtype != blocks.dtype
     cfg = config or heuristic(num_heads=num_heads, max_q=max_q, kv_lora_rank=kv_lora_rank, rope_dim=rope,
-                              q_dtype=q.dtype, cache_dtype=blocks.dtype, batch=batch, interpret=interpret)
-    ieee = torch.float32 in (q.dtype, blocks.dtype) or q.dtype != blocks.dtype
+                              q_dtype=q.dtype, cache_dtype=blocks.dtype, batch=batch, interpret=interpret,
+                              compute_dtype=cd if quant else None)
     max_rows = max_q * num_heads
     num_tiles = triton.cdiv(max_rows, cfg.block_m)
     split = num_workers > 1
@@ -132,15 +177,21 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
                            dtype=torch.float32, device=q.device)
     part_lse = torch.empty((part_out.shape[0], rows_pad), dtype=torch.float32, device=q.device)
     sink = attn_sink if attn_sink is not None else lse
+    s_strides = (scales.stride(0), scales.stride(2), scales.stride(3)) if scales is not None else (0, 0, 0)
     _mla_decode_kernel[(num_workers * num_tiles,)](
         q, out, lse, blocks, input_row_offsets, cache_lengths, lookup_table, schedule, sink, part_out, part_lse,
+        scales if scales is not None else blocks, q_scale if q_fp8 else q, rope_view, q_rope,
         batch, num_heads, num_workers, num_tiles, layer_idx, blocks.shape[3], mask_code, window, scale * _LOG2E,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), lookup_table.stride(0),
         blocks.stride(0), blocks.stride(2), blocks.stride(3), part_out.stride(0), part_out.stride(1),
-        part_lse.stride(0),
+        part_lse.stride(0), *s_strides, rope_view.stride(0), rope_view.stride(2), rope_view.stride(3),
+        q_rope.stride(0), q_rope.stride(1),
         KV_LORA_RANK=kv_lora_rank, ROPE_DIM=rope, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         HAS_SINK=attn_sink is not None, BLOCK_IN_PAGE=blocks.shape[3] % cfg.block_n == 0, IEEE=ieee,
-        INTERPRET=interpret, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        INTERPRET=interpret, QUANT=quant, Q_SCALED=q_fp8, G=group, LAT_MODE=modes[0], LAT_NG=modes[1],
+        LAT_GS=modes[2], ROPE_MODE=modes[3], ROPE_NG=modes[4], ROPE_GS=modes[5], CD=_TL_DTYPES[cd],
+        ROPE_AWARE=rope_aware, ROPE_OFF=rope_off, Q_ROPE_OFF=q_rope_off, SPLIT_QS=q_fp8 and rope_aware,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split:
         ccfg = combine_config or combine_heuristic(num_workers=num_workers, batch=batch,
                                                    kv_lora_rank=kv_lora_rank, interpret=interpret)
@@ -162,14 +213,11 @@ def decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, la
            extra_quant_granularity: int = 0) -> None:
     """The launcher the custom op calls (same arguments as the reference, plus the plan's tensors).
 
-    Handles the dense path (every mask, any n_b, sinks, LSE, bf16/fp16/fp32). A `num_partitions` that differs
+    Handles the dense path (every mask, any n_b, sinks, LSE, bf16/fp16/fp32, plain FP8 caches with any
+    granularity, the rope-aware FP8 row, FP8 q with q_scale). A `num_partitions` that differs
     from the plan's worker count gets a fresh schedule built here on the device.
     """
-    unsupported = [name for name, value in (
-        ("indices", indices), ("extra_blocks", extra_blocks), ("scales (FP8 cache)", scales),
-        ("q_scale (FP8 q)", q_scale)) if value is not None]
-    if rope_aware:
-        unsupported.append("per_token_scale_rope_aware")
+    unsupported = [name for name, value in (("indices", indices), ("extra_blocks", extra_blocks)) if value is not None]
     if unsupported:
         raise NotImplementedError(f"pagedmla.mla_decode_kv_cache_ragged: the Triton kernel does not support "
                                   f"{unsupported} yet; use backend='reference'")
@@ -182,4 +230,5 @@ def decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, la
         fill_schedule(schedule, input_row_offsets, cache_lengths, cfg)
     launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx, scale, mask_code, window,
                   out, lse, schedule, max_seq_length=max_seq_length, attn_sink=attn_sink,
-                  qk_rope_head_dim=qk_rope_head_dim)
+                  qk_rope_head_dim=qk_rope_head_dim, scales=scales, q_scale=q_scale,
+                  quant_granularity=quant_granularity, rope_aware=rope_aware)

@@ -21,7 +21,7 @@ _dispatch.REFERENCE_IMPLS["mla_decode_plan_refresh"] = "pagedmla.ops.decode:_ref
 _dispatch.TRITON_LAUNCHERS["mla_decode_kv_cache_ragged"] = "pagedmla.ops._triton_decode:decode"
 _dispatch.TRITON_LAUNCHERS["mla_decode_plan"] = "pagedmla.ops._triton_decode:plan"
 _dispatch.TRITON_LAUNCHERS["mla_decode_plan_refresh"] = "pagedmla.ops._triton_decode:refresh_plan"
-_dispatch.TRITON_FEATURES["mla_decode_kv_cache_ragged"] = frozenset({"sink", "fp32"})
+_dispatch.TRITON_FEATURES["mla_decode_kv_cache_ragged"] = frozenset({"sink", "fp32", "fp8_cache", "fp8_q", "rope_aware"})
 _dispatch.TRITON_LAUNCHERS["mla_sparse_decode"] = "pagedmla.ops._triton_sparse_decode:sparse_decode"
 _dispatch.TRITON_FEATURES["mla_sparse_decode"] = frozenset({"extra_k", "sink", "fp8_cache", "fp8_q", "rope_aware",
                                                             "fold_shared_index", "fp32"})
