@@ -99,8 +99,8 @@ def matmul_ceiling() -> float:
 class Case:
     """One decode problem, replicated `copies` times so that rotating over the copies overflows L2."""
 
-    def __init__(self, batch: int, keys: int, heads: int, q_len: int, seed: int = 0):
-        self.batch, self.keys, self.heads, self.q_len = batch, keys, heads, q_len
+    def __init__(self, batch: int, keys: int, heads: int, q_len: int, seed: int = 0, fp8: bool = False):
+        self.batch, self.keys, self.heads, self.q_len, self.fp8 = batch, keys, heads, q_len, fp8
         pages = math.ceil(keys / PAGE)
         cache_bytes = batch * keys * 576 * 2
         self.copies = max(1, math.ceil(3 * L2_BYTES / cache_bytes))
@@ -115,6 +115,9 @@ class Case:
             lengths = torch.full((batch,), keys - q_len, dtype=torch.int32, device="cuda")
             kv = pm.PagedKVCacheCollection(blocks, lengths, table, params, max_seq_length=q_len,
                                            max_cache_length=keys)
+            if fp8:
+                # the rope-aware 640-byte row (e4m3 latent with one scale per row, bf16 rope)
+                kv = pm.quantize_kv_cache(kv, rope_aware=True, qk_rope_head_dim=64)
             q = torch.randn(rows, heads, 576, generator=gen, device="cuda").to(torch.bfloat16)
             out = torch.empty(rows, heads, 512, device="cuda", dtype=torch.bfloat16)
             lse = torch.empty(rows, heads, device="cuda", dtype=torch.float32)
@@ -127,7 +130,8 @@ class Case:
     @property
     def bytes(self) -> float:
         rows = self.batch * self.q_len
-        return self.batch * self.keys * 576 * 2 + rows * self.heads * (576 + 512) * 2
+        row_bytes = 640 + 4 if self.fp8 else 576 * 2
+        return self.batch * self.keys * row_bytes + rows * self.heads * (576 + 512) * 2
 
     def plan(self, num_partitions=None):
         kv = self.items[0][0]
@@ -139,7 +143,8 @@ class Case:
             for kv, q, out, lse in self.items:
                 _triton_decode.launch_decode(q, self.offsets, kv.blocks, kv.cache_lengths, kv.lookup_table, 0,
                                              0.1352, 1, 0, out, lse, plan.schedule, max_seq_length=self.q_len,
-                                             qk_rope_head_dim=64, config=config)
+                                             qk_rope_head_dim=64, config=config, scales=kv.scales,
+                                             rope_aware=self.fp8)
         return fn
 
     def check(self, plan, config) -> float:
@@ -147,7 +152,12 @@ class Case:
         kv, q, out, _ = self.items[0]
         self.run(plan, config)()
         n = self.q_len
-        rows = kv.blocks[kv.lookup_table[0].long()].float()[:, 0, 0].reshape(-1, 576)[: self.keys]
+        if self.fp8:
+            from pagedmla.reference.paged import dequantize_rows
+            raw = dequantize_rows(kv.blocks, kv.scales, granularity=640, rope_aware=True, qk_rope_head_dim=64)
+            rows = raw[kv.lookup_table[0].long()].float()[:, 0, 0].reshape(-1, 576)[: self.keys]
+        else:
+            rows = kv.blocks[kv.lookup_table[0].long()].float()[:, 0, 0].reshape(-1, 576)[: self.keys]
         logits = 0.1352 * torch.einsum("shd,nd->shn", q[:n].float(), rows)
         pos = torch.arange(self.keys, device="cuda")
         qpos = torch.arange(self.keys - n, self.keys, device="cuda").view(-1, 1, 1)
@@ -156,10 +166,18 @@ class Case:
         return float((out[:n].float() - want).abs().max())
 
 
-def configs_for(case: Case) -> list[DecodeConfig]:
+def configs_for(case: Case, extra: list[DecodeConfig] | None = None) -> list[DecodeConfig]:
     base = heuristic(num_heads=case.heads, max_q=case.q_len, kv_lora_rank=512, rope_dim=64,
-                     q_dtype=torch.bfloat16, cache_dtype=torch.bfloat16, batch=case.batch)
-    return [base] + [c for c in search_space(num_heads=case.heads, max_q=case.q_len) if c != base]
+                     q_dtype=torch.bfloat16, cache_dtype=torch.float8_e4m3fn if case.fp8 else torch.bfloat16,
+                     batch=case.batch, compute_dtype=torch.bfloat16 if case.fp8 else None)
+    rest = extra if extra is not None else search_space(num_heads=case.heads, max_q=case.q_len)
+    return [base] + [c for c in rest if c != base]
+
+
+def parse_config(text: str) -> DecodeConfig:
+    """`block_m,block_n,warps,stages`."""
+    m, n, w, st = (int(x) for x in text.split(","))
+    return DecodeConfig(block_m=m, block_n=n, num_warps=w, num_stages=st)
 
 
 def kernel_report() -> None:
@@ -179,6 +197,11 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--cases", default="targets", choices=["targets", "all"])
     parser.add_argument("--json", default=None)
+    parser.add_argument("--case", action="append", default=[],
+                        help="B,N,H,q[,fp8]: run these cases instead of --cases (repeatable)")
+    parser.add_argument("--config", action="append", default=[],
+                        help="with --sweep: time these configs (see parse_config) instead of the search space")
+    parser.add_argument("--workers", default="", help="with --sweep: comma-separated worker counts to add")
     args = parser.parse_args()
     props = torch.cuda.get_device_properties(0)
     sms = props.multi_processor_count
@@ -187,18 +210,25 @@ def main() -> None:
     print(f"# {props.name}, {sms} SMs, torch {torch.__version__}, triton {triton.__version__}; copy "
           + ", ".join(f"{k} {v / 1e12:.2f}" for k, v in copies.items())
           + f" TB/s (ceiling: the max); matmul {mm_rate / 1e12:.0f} TFLOP/s", flush=True)
-    cases = TARGET_CASES + (EXTRA_CASES if args.cases == "all" else [])
+    cases = [(*c, False) for c in TARGET_CASES + (EXTRA_CASES if args.cases == "all" else [])]
+    if args.case:
+        cases = [(*(int(x) for x in c.split(",")[:4]), c.endswith(",fp8")) for c in args.case]
+    extra = [parse_config(c) for c in args.config] or None
     results = []
-    for batch, keys, heads, q_len in cases:
-        case = Case(batch, keys, heads, q_len)
+    for batch, keys, heads, q_len, fp8 in cases:
+        case = Case(batch, keys, heads, q_len, fp8=fp8)
         default_plan = case.plan()
         plans = {default_plan.num_partitions: default_plan}
         if args.sweep:
-            tiles = -(-heads * q_len // configs_for(case)[0].block_m)
-            for w in (default_plan.num_partitions // 2, 2 * default_plan.num_partitions, sms // tiles):
-                if w >= 1:
+            if args.workers:
+                for w in (int(x) for x in args.workers.split(",")):
                     plans.setdefault(w, case.plan(w))
-        cfgs = configs_for(case) if args.sweep else [None]
+            else:
+                tiles = -(-heads * q_len // configs_for(case)[0].block_m)
+                for w in (default_plan.num_partitions // 2, 2 * default_plan.num_partitions, sms // tiles):
+                    if w >= 1:
+                        plans.setdefault(w, case.plan(w))
+        cfgs = configs_for(case, extra) if args.sweep else [None]
         best = None
         for w, plan in plans.items():
             for cfg in cfgs:
@@ -210,14 +240,14 @@ def main() -> None:
                           f"{str(exc)[:200]}", flush=True)
                     continue
                 sec = ms * 1e-3
-                row = {"batch": batch, "keys": keys, "heads": heads, "q_len": q_len, "workers": w,
+                row = {"batch": batch, "keys": keys, "heads": heads, "q_len": q_len, "fp8": fp8, "workers": w,
                        "config": None if cfg is None else cfg.__dict__, "us": ms * 1e3, "max_err": err,
                        "tbps": case.bytes / sec / 1e12, "tflops": case.flops / sec / 1e12,
                        "copy_frac": case.bytes / sec / copy_bw, "mm_frac": case.flops / sec / mm_rate,
                        "default": (cfg is None or cfg == cfgs[0]) and plan is default_plan}
                 results.append(row)
-                print(f"  B{batch} N{keys} H{heads} q{q_len} W{w} "
-                      f"{'default' if cfg is None else (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages)}: "
+                tag = "default" if cfg is None else (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages)
+                print(f"  B{batch} N{keys} H{heads} q{q_len}{' fp8' if fp8 else ''} W{w} {tag}: "
                       f"{row['us']:.1f} us  {row['tbps']:.2f} TB/s  {row['tflops']:.0f} TFLOP/s  err {err:.2e}",
                       flush=True)
                 if best is None or row["us"] < best["us"]:
@@ -235,13 +265,13 @@ def main() -> None:
     print("\n| B | N | H | q | default us | best us | best cfg (bm,bn,warps,stages) W | TB/s | TFLOP/s | "
           "copy frac | matmul frac | plan us |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for key in dict.fromkeys((r["batch"], r["keys"], r["heads"], r["q_len"]) for r in results):
-        rows = [r for r in results if (r["batch"], r["keys"], r["heads"], r["q_len"]) == key]
+    for key in dict.fromkeys((r["batch"], r["keys"], r["heads"], r["q_len"], r["fp8"]) for r in results):
+        rows = [r for r in results if (r["batch"], r["keys"], r["heads"], r["q_len"], r["fp8"]) == key]
         default = next((r for r in rows if r["default"]), rows[0])
         best = min(rows, key=lambda r: r["us"])
         c = best["config"]
         cfg = "default" if c is None else f"{c['block_m']},{c['block_n']},{c['num_warps']},{c['num_stages']}"
-        print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {default['us']:.1f} | {best['us']:.1f} | "
+        print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]}{' fp8' if key[4] else ''} | {default['us']:.1f} | {best['us']:.1f} | "
               f"{cfg} W{best['workers']} | {best['tbps']:.2f} | {best['tflops']:.0f} | {best['copy_frac']:.2f} | "
               f"{best['mm_frac']:.2f} | {best.get('plan_us', float('nan')):.1f} |")
     if args.json:

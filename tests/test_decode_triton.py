@@ -603,3 +603,88 @@ def test_gpu_fp8_rope_aware_deepseek_shapes(fp8_features, heads, cache, new, q_k
     want, want_lse = fp8_reference(pb, kv, q32, rope=64)
     low, low_lse = fp8_lowprec(pb, kv, q32, torch.bfloat16, rope=64)
     check_fp8_lowprec(got, lse, want, want_lse, low, low_lse)
+
+
+def run_launcher(pb, kv, q, cfg, *, parts=2, rope=ROPE, mask="causal", window=-1):
+    """`launch_decode` with an explicit launch config (what the heuristic would not pick for these shapes)."""
+    rope_aware = kv.params.per_token_scale_rope_aware
+    latent = kv.params.head_size - (2 if rope_aware else 1) * rope
+    plan = pm.mla_decode_plan(pb.input_row_offsets, kv, num_heads=q.shape[1], num_partitions=parts,
+                              backend="triton")
+    out = torch.full((q.shape[0], q.shape[1], latent), float("nan"), dtype=q.dtype, device=q.device)
+    lse = torch.full((q.shape[0], q.shape[1]), float("nan"), device=q.device)
+    _triton_decode.launch_decode(q, pb.input_row_offsets, kv.blocks, kv.cache_lengths, kv.lookup_table, 1, SCALE,
+                                 pm.MASKS[mask], window, out, lse, plan.schedule,
+                                 max_seq_length=int(pb.input_row_offsets.diff().max()), qk_rope_head_dim=rope,
+                                 scales=kv.scales, quant_granularity=kv.params.quantization_granularity or 0,
+                                 rope_aware=rope_aware, config=cfg)
+    return out, lse
+
+
+@cpu_tier
+@pytest.mark.parametrize("cache_kind", ["fp32", "fp8-G16", "fp8-rope-aware"])
+@pytest.mark.parametrize("block_m,parts", [(16, 2), (32, 1)])
+def test_launch_variants(cache_kind, block_m, parts):
+    """Explicit launch configs on bf16-like and FP8 caches: the same answers as the reference."""
+    pb, q = batch([7, 0, 23, 40], [2, 1, 3, 1], page_size=16, seed=101)
+    if cache_kind == "fp32":
+        kv = pb.kv
+    elif cache_kind == "fp8-G16":
+        kv = pm.quantize_kv_cache(pb.kv, 16)
+    else:
+        kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=ROPE)
+    cfg = DecodeConfig(block_m=block_m, block_n=16, num_warps=1, num_stages=1)
+    got, lse = run_launcher(pb, kv, q, cfg, parts=parts, mask="sliding_window_causal", window=9)
+    want = (reference(pb, q, "sliding_window_causal", 9) if cache_kind == "fp32"
+            else fp8_reference(pb, kv, q, mask="sliding_window_causal", window=9))
+    check_fp32(got, lse, *want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cache_kind", ["bf16", "fp8-rope-aware", "fp8-G128"])
+@pytest.mark.parametrize("heads,block_m,block_n,warps,stages", [
+    (16, 16, 32, 4, 3), (16, 16, 32, 8, 5), (16, 16, 64, 8, 2), (128, 64, 32, 8, 3), (128, 64, 64, 8, 2),
+], ids=["H16-n32w4", "H16-n32s5", "H16-n64s2", "H128-n32s3", "H128-n64s2"])
+def test_gpu_launch_variants(cache_kind, heads, block_m, block_n, warps, stages):
+    """The launch configs the probes time, at DeepSeek shapes, against the float32 reference."""
+    pb, q = batch([1000, 0, 63, 4000, 129, 700], [1, 1, 1, 2, 1, 1], heads=heads, head_size=576, page_size=64,
+                  dtype=torch.bfloat16, seed=103, device="cuda")
+    if cache_kind == "bf16":
+        kv = pb.kv
+    elif cache_kind == "fp8-G128":
+        kv = pm.quantize_kv_cache(pb.kv, 128)
+    else:
+        kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64)
+    cfg = DecodeConfig(block_m=block_m, block_n=block_n, num_warps=warps, num_stages=stages)
+    got, lse = run_launcher(pb, kv, q, cfg, parts=7, rope=64)
+    q32 = q.float()
+    if cache_kind == "bf16":
+        want, want_lse = reference(pb, q, rope=64)
+        check_lowprec(pb, q, got, lse, want, want_lse, rope=64)
+        return
+    want, want_lse = fp8_reference(pb, kv, q32, rope=64)
+    low, low_lse = fp8_lowprec(pb, kv, q32, torch.bfloat16, rope=64)
+    check_fp8_lowprec(got, lse, want, want_lse, low, low_lse)
+
+
+@pytest.mark.gpu
+def test_gpu_e4m3_to_bf16_is_exact_for_every_byte():
+    """The decode kernels' inline-assembly e4m3 -> bf16 conversion against torch's, for all 254 non-NaN bytes
+    (zeros, subnormals, normals, both signs), in every position of the packed group of four."""
+    import triton
+    import triton.language as tl
+
+    from pagedmla.kernels.fp8 import _e4m3_to_bf16
+
+    @triton.jit
+    def convert(src, dst, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(dst + offs, _e4m3_to_bf16(tl.load(src + offs)))
+
+    codes = torch.tensor([b for b in range(256) if b not in (0x7F, 0xFF)], dtype=torch.uint8)
+    # each byte at each of the four positions of a packed group
+    x = torch.stack([codes.roll(s) for s in range(4)], 1).flatten()
+    x = torch.cat([x, x[: 1024 - x.numel()]]).cuda().view(FP8)
+    out = torch.empty(1024, dtype=torch.bfloat16, device="cuda")
+    convert[(1,)](x, out, BLOCK=1024)
+    assert torch.equal(out.view(torch.int16), x.to(torch.bfloat16).view(torch.int16))

@@ -392,8 +392,9 @@ def test_sparse_decode_v32_shapes_gpu(heads, kv_kind, q_kind, opts):
     _v32_case(heads, kv_kind, q_kind, **opts)
 
 
+@pytest.mark.parametrize("prefetch", [False, True], ids=["", "prefetch"])
 @pytest.mark.parametrize("block_m", [16, 64], ids=["bm16", "bm64"])
-def test_forced_configs_and_splits(block_m):
+def test_forced_configs_and_splits(block_m, prefetch):
     """Explicit launch configs (tile rows, a split of every index row across 1-3 programs) give the reference's
     answer with a main stream in mode 2 (G=16) and an extra stream in mode 3 (G=64 on 80 columns)."""
     from pagedmla.configs.sparse_decode import SparseDecodeConfig
@@ -405,7 +406,8 @@ def test_forced_configs_and_splits(block_m):
     offsets = torch.tensor(x["offsets"], dtype=I32)
     for splits in (1, 2, 3):
         cfg = SparseDecodeConfig(block_m=block_m, block_n=16, num_splits=splits, num_warps=1, num_stages=1,
-                                 combine_block_r=4, combine_block_dv=32, combine_num_warps=1)
+                                 prefetch_indices=prefetch, combine_block_r=4, combine_block_dv=32,
+                                 combine_num_warps=1)
         out = torch.full((offsets[-1], 3, LATENT), float("nan"))
         lse = torch.full((offsets[-1], 3), float("nan"))
         sparse_decode(r["q"], offsets, kv.blocks, kv.cache_lengths, kv.lookup_table, kv.scales, 1, 0.3, 0, -1, splits,

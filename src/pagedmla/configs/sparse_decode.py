@@ -17,6 +17,7 @@ class SparseDecodeConfig:
         block_n: indices gathered per iteration of the main loop.
         num_splits: programs that share one group's index list (1: no partials, no combine kernel).
         num_warps, num_stages: of the main kernel (num_stages pipelines the gathers).
+        prefetch_indices: load each block's indices an iteration ahead (see `_attend_stream`).
         combine_block_r, combine_block_dv, combine_num_warps: rows and output columns per program, and warps, of
             the combine kernel.
     """
@@ -26,6 +27,7 @@ class SparseDecodeConfig:
     num_splits: int = 1
     num_warps: int = 8
     num_stages: int = 2
+    prefetch_indices: bool = False
     combine_block_r: int = 8
     combine_block_dv: int = 128
     combine_num_warps: int = 4
@@ -62,7 +64,8 @@ def heuristic(*, rows_per_group: int, num_groups: int, topk: int, q_dtype: torch
     block_m = block_m_for(rows_per_group)
     if interpret:
         return SparseDecodeConfig(block_m=block_m, block_n=16, num_splits=1, num_warps=1, num_stages=1,
-                                  combine_block_r=4, combine_block_dv=32, combine_num_warps=1)
+                                  prefetch_indices=block_m < 64, combine_block_r=4, combine_block_dv=32,
+                                  combine_num_warps=1)
     if compute_dtype == torch.float32:
         block_m, block_n, warps, stages = min(block_m, 32), 16, 8 if block_m >= 32 else 4, 2
     elif block_m >= 64:
@@ -74,7 +77,7 @@ def heuristic(*, rows_per_group: int, num_groups: int, topk: int, q_dtype: torch
     programs = num_groups * -(-rows_per_group // block_m)
     splits = splits_for(programs=programs, index_blocks=-(-topk // block_n), block_m=block_m, num_sms=num_sms)
     return SparseDecodeConfig(block_m=block_m, block_n=block_n, num_splits=splits, num_warps=warps,
-                              num_stages=stages)
+                              num_stages=stages, prefetch_indices=block_m < 64)
 
 
 def search_space(*, rows_per_group: int) -> list[SparseDecodeConfig]:

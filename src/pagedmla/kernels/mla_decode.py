@@ -16,12 +16,15 @@ Schedule (int32 `[1 + W + B, 4]`, written by the plan kernel, read by the others
     row 1 + W + b: sequence b: first worker, last worker, partial slot of the first worker, 0
         (workers -1 for a sequence without query tokens; the 0 is read by the main kernel as an opaque zero)
 
-FP8 (behind the constexpr QUANT; the bf16/fp16/fp32 path compiles as before): e4m3 cache rows are
-dequantized in registers with the scales of the same (block, slot), in the scale modes of
-`pagedmla.kernels.mla_sparse_decode` (one scale per tile on the logits and P, power-of-two groups through a
-`[BLOCK_N, NG, GS]` view, or one scale per element); an e4m3 q's row scale multiplies the logits. The
-rope-aware row (e4m3 latent with one scale per row, then the rope part as bf16 bytes) reads its rope columns
-through a bf16 view of the cache (and of an FP8 q).
+FP8 (behind the constexpr QUANT; the bf16/fp16/fp32 path compiles as before): e4m3 cache rows are copied to
+shared memory as they are, converted in registers (`pagedmla.kernels.fp8`) with the scales of the same (block,
+slot), in the scale modes of `pagedmla.kernels.mla_sparse_decode` (one scale per tile on the logits and P,
+power-of-two groups through a `[BLOCK_N, NG, GS]` view, or one scale per element); an e4m3 q's row scale
+multiplies the logits. The rope-aware row (e4m3 latent with one scale per row, then the rope part as bf16 bytes)
+reads its rope columns through a bf16 view of the cache (and of an FP8 q).
+
+Pipelining: the main loop loads each block's lookup-table entry one block ahead (`_page_block`), so the key
+rows' addresses never wait on a load of the same iteration and `num_stages - 1` blocks are in flight.
 
 Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave the kernels in natural log.
 """
@@ -30,7 +33,7 @@ import triton
 import triton.language as tl
 
 from .common import dot, visible_range
-from .mla_sparse_decode import _cast, _dequant, _load_scales
+from .fp8 import _cast, _dequant, _load_scales
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -114,7 +117,18 @@ def _mla_decode_plan_kernel(
 
 
 @triton.jit
-def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, vis_lo, vis_hi,
+def _page_block(lookup_row_ptr, k0, key_hi, page_size, BLOCK_IN_PAGE: tl.constexpr):
+    """The table entry of the block of keys at k0 (0 past key_hi, or without BLOCK_IN_PAGE). The main loop loads
+    it one block ahead: a row address that waits on a table load of the same iteration keeps the compiler from
+    issuing the block's copies early (it then overlaps them with the previous block's MMAs only at 5 stages)."""
+    if BLOCK_IN_PAGE:
+        return tl.load(lookup_row_ptr + k0 // page_size, mask=k0 < key_hi, other=0)
+    else:
+        return 0
+
+
+@triton.jit
+def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi,
                   blocks_ptr, scales_ptr, rope_ptr, lookup_row_ptr, layer_offset, s_layer_offset, r_layer_offset,
                   page_size, stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
                   KV_LORA_RANK: tl.constexpr, ROPE_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -135,8 +149,8 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, vis_lo
     # slots past N_b hold garbage, and zeroed V lanes keep NaN out of the products
     k_ok = offs_n < key_hi
     if BLOCK_IN_PAGE:
-        # one table entry per block (k0 < key_hi <= N_b: a used page), no per-key division
-        block = tl.load(lookup_row_ptr + k0 // page_size)
+        # one table entry per block, `page_block` (loaded an iteration ahead by the caller), no per-key division
+        block = page_block
         row = (block.to(tl.int64) * stride_blk_b + (k0 % page_size).to(tl.int64) * stride_blk_s + layer_offset
                + tl.arange(0, BLOCK_N).to(tl.int64) * stride_blk_s)
     else:
@@ -295,12 +309,15 @@ def _mla_decode_kernel(
             acc = tl.zeros([BLOCK_M, KV_LORA_RANK], dtype=tl.float32)
             m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
             l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+            next_page_block = _page_block(lookup_row, key_lo, key_hi, page_size, BLOCK_IN_PAGE)
             if INTERPRET:
                 # the interpreter takes no runtime bounds in range()
                 k0 = key_lo
                 while k0 < key_hi:
+                    page_block = next_page_block
+                    next_page_block = _page_block(lookup_row, k0 + BLOCK_N, key_hi, page_size, BLOCK_IN_PAGE)
                     acc, m_i, l_i = _attend_block(
-                        acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, vis_lo, vis_hi, blocks_ptr,
+                        acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi, blocks_ptr,
                         scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
                         stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
                         KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
@@ -308,8 +325,10 @@ def _mla_decode_kernel(
                     k0 += BLOCK_N
             else:
                 for k0 in range(key_lo, key_hi, BLOCK_N):
+                    page_block = next_page_block
+                    next_page_block = _page_block(lookup_row, k0 + BLOCK_N, key_hi, page_size, BLOCK_IN_PAGE)
                     acc, m_i, l_i = _attend_block(
-                        acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, vis_lo, vis_hi, blocks_ptr,
+                        acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi, blocks_ptr,
                         scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
                         stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
                         KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,

@@ -21,11 +21,11 @@ P's columns instead; 2 `NG` groups of `GS` columns, dequantized through a `[BLOC
 3 any other granularity: each element loads its own scale (correct, but register-hungry: a fallback).
 
 Performance notes (H200, Triton 3.6, see benchmarks/sparse_probe.py): the compiler pipelines the gathers as
-asynchronous copies but, because each row address comes from an index loaded in the loop, with one buffer and a
-full wait at the top of every iteration, so a block's gather is barely overlapped with the previous block's
-MMAs; and with 64-row tiles both warpgroups compute the whole `[64, BLOCK_N]` logits tile (each needs all of P
-for its half of `P @ V`), so QK^T is done twice. Pipelining the gathers by hand through registers was tried and
-was slower (spills at 64 rows, no gain at 16).
+asynchronous copies, but a gather whose addresses come from an index loaded in the same iteration is issued only
+after that load, so `PREFETCH_INDICES` loads each block's indices one iteration ahead: a third faster at 16-row
+tiles, slower at 64-row tiles, where the deeper pipeline's buffers and registers spill. With 64-row tiles both
+warpgroups compute the whole `[64, BLOCK_N]` logits tile (each needs all of P for its half of `P @ V`), so QK^T
+is done twice. e4m3 tiles convert to bf16 with `pagedmla.kernels.fp8._e4m3_to_bf16`.
 
 Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave the kernels in natural log.
 """
@@ -34,49 +34,10 @@ import triton
 import triton.language as tl
 
 from .common import dot, ragged_search
+from .fp8 import _cast, _dequant, _load_scales
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
-
-
-@triton.jit
-def _cast(x, DTYPE: tl.constexpr, INTERPRET: tl.constexpr):
-    """`x.to(DTYPE)` rounding to nearest even: the CPU interpreter truncates float32 -> bf16, so there the
-    rounding is done on the bits first (finite values; inf stays inf)."""
-    if INTERPRET and DTYPE == tl.bfloat16:
-        bits = x.to(tl.float32).to(tl.uint32, bitcast=True)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-        return bits.to(tl.float32, bitcast=True).to(DTYPE)
-    return x.to(DTYPE)
-
-
-@triton.jit
-def _load_scales(srow, ok, C0: tl.constexpr, W: tl.constexpr, G: tl.constexpr, MODE: tl.constexpr,
-                 NG: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The scales a `[BLOCK_N, W]` tile of columns `[C0, C0 + W)` needs: `[BLOCK_N]` (mode 1), `[BLOCK_N, NG]`
-    (mode 2), `[BLOCK_N, W]` (mode 3); a dummy `[BLOCK_N]` otherwise."""
-    if MODE == 1:
-        return tl.load(srow + C0 // G, mask=ok, other=0.0)
-    elif MODE == 2:
-        return tl.load(srow[:, None] + (C0 // G + tl.arange(0, NG))[None, :], mask=ok[:, None], other=0.0)
-    elif MODE == 3:
-        return tl.load(srow[:, None] + ((C0 + tl.arange(0, W)) // G)[None, :], mask=ok[:, None], other=0.0)
-    else:
-        return tl.zeros([BLOCK_N], dtype=tl.float32)
-
-
-@triton.jit
-def _dequant(x, s, W: tl.constexpr, MODE: tl.constexpr, NG: tl.constexpr, GS: tl.constexpr,
-             BLOCK_N: tl.constexpr, CD: tl.constexpr, INTERPRET: tl.constexpr):
-    """A gathered `[BLOCK_N, W]` tile in the compute dtype (modes 2 and 3 apply the scales `s`; modes 0 and 1
-    only convert: mode 1's scale is applied to the logits and to P instead)."""
-    if MODE == 2:
-        x3 = tl.reshape(x.to(tl.float32), [BLOCK_N, NG, GS]) * s[:, :, None]
-        return _cast(tl.reshape(x3, [BLOCK_N, W]), CD, INTERPRET)
-    elif MODE == 3:
-        return _cast(x.to(tl.float32) * s, CD, INTERPRET)
-    else:
-        return x.to(CD)
 
 
 @triton.jit
@@ -152,7 +113,7 @@ def _attend_block(
 
 @triton.jit
 def _gather_attend(
-    acc, m_i, l_i, q_lat, q_rope, qs_lat, qs_rope, j, count, idx_row, stride_idx_k,
+    acc, m_i, l_i, q_lat, q_rope, qs_lat, qs_rope, ids,
     blocks_ptr, rope_ptr, scales_ptr, layer_idx, page_size, pool_rows,
     stride_b_b, stride_b_l, stride_b_s, stride_r_b, stride_r_l, stride_r_s, stride_s_b, stride_s_l, stride_s_s,
     KV_LORA_RANK: tl.constexpr, ROPE_DIM: tl.constexpr, ROPE_OFF: tl.constexpr, G: tl.constexpr,
@@ -160,10 +121,10 @@ def _gather_attend(
     ROPE_MODE: tl.constexpr, ROPE_NG: tl.constexpr, ROPE_GS: tl.constexpr, SPLIT_QS: tl.constexpr,
     CD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr, IEEE: tl.constexpr,
 ):
-    """Block j of a stream: gather it and attend to it (the compiler's pipeliner, `num_stages`, turns the gathers
-    into asynchronous copies into shared memory)."""
+    """Gather the block of indices `ids` and attend to it (the compiler's pipeliner, `num_stages`, turns the
+    gathers into asynchronous copies into shared memory)."""
     ok, kl, kr, sl, sr = _gather(
-        _load_indices(idx_row, stride_idx_k, j * BLOCK_N, count, BLOCK_N), blocks_ptr, rope_ptr, scales_ptr,
+        ids, blocks_ptr, rope_ptr, scales_ptr,
         layer_idx, page_size, pool_rows, stride_b_b, stride_b_l, stride_b_s, stride_r_b, stride_r_l, stride_r_s,
         stride_s_b, stride_s_l, stride_s_s, KV_LORA_RANK, ROPE_DIM, ROPE_OFF, G, LAT_MODE, LAT_NG, ROPE_MODE,
         ROPE_NG, BLOCK_N)
@@ -181,15 +142,26 @@ def _attend_stream(
     LAT_MODE: tl.constexpr, LAT_NG: tl.constexpr, LAT_GS: tl.constexpr,
     ROPE_MODE: tl.constexpr, ROPE_NG: tl.constexpr, ROPE_GS: tl.constexpr, SPLIT_QS: tl.constexpr,
     CD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr, IEEE: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
-    """Blocks `[lo, hi)` of one stream's index row (indices past block `hi` read as -1)."""
+    """Blocks `[lo, hi)` of one stream's index row (indices past block `hi` read as -1). PREFETCH loads each
+    block's indices one iteration ahead, so that the gathers' addresses do not wait on an index load of the
+    same iteration and the compiler issues them a stage earlier (measured on H200: 16-row tiles gain a third,
+    64-row tiles lose: the extra buffers spill)."""
     count = tl.minimum(count, hi * BLOCK_N)
+    if PREFETCH:
+        next_ids = _load_indices(idx_row, stride_idx_k, lo * BLOCK_N, count, BLOCK_N)
     if INTERPRET:
         # the interpreter takes no runtime bounds in range()
         j = lo
         while j < hi:
+            if PREFETCH:
+                ids = next_ids
+                next_ids = _load_indices(idx_row, stride_idx_k, (j + 1) * BLOCK_N, count, BLOCK_N)
+            else:
+                ids = _load_indices(idx_row, stride_idx_k, j * BLOCK_N, count, BLOCK_N)
             acc, m_i, l_i = _gather_attend(
-                acc, m_i, l_i, q_lat, q_rope, qs_lat, qs_rope, j, count, idx_row, stride_idx_k, blocks_ptr,
+                acc, m_i, l_i, q_lat, q_rope, qs_lat, qs_rope, ids, blocks_ptr,
                 rope_ptr, scales_ptr, layer_idx, page_size, pool_rows, stride_b_b, stride_b_l, stride_b_s,
                 stride_r_b, stride_r_l, stride_r_s, stride_s_b, stride_s_l, stride_s_s, KV_LORA_RANK, ROPE_DIM,
                 ROPE_OFF, G, LAT_MODE, LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, SPLIT_QS, CD, BLOCK_M, BLOCK_N,
@@ -197,8 +169,13 @@ def _attend_stream(
             j += 1
     else:
         for j in range(lo, hi):
+            if PREFETCH:
+                ids = next_ids
+                next_ids = _load_indices(idx_row, stride_idx_k, (j + 1) * BLOCK_N, count, BLOCK_N)
+            else:
+                ids = _load_indices(idx_row, stride_idx_k, j * BLOCK_N, count, BLOCK_N)
             acc, m_i, l_i = _gather_attend(
-                acc, m_i, l_i, q_lat, q_rope, qs_lat, qs_rope, j, count, idx_row, stride_idx_k, blocks_ptr,
+                acc, m_i, l_i, q_lat, q_rope, qs_lat, qs_rope, ids, blocks_ptr,
                 rope_ptr, scales_ptr, layer_idx, page_size, pool_rows, stride_b_b, stride_b_l, stride_b_s,
                 stride_r_b, stride_r_l, stride_r_s, stride_s_b, stride_s_l, stride_s_s, KV_LORA_RANK, ROPE_DIM,
                 ROPE_OFF, G, LAT_MODE, LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, SPLIT_QS, CD, BLOCK_M, BLOCK_N,
@@ -228,6 +205,7 @@ def _mla_sparse_decode_kernel(
     FOLD: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_SINK: tl.constexpr, Q_SCALED: tl.constexpr,
     SPLIT_QS: tl.constexpr, SPLIT: tl.constexpr, SEARCH_STEPS: tl.constexpr, CD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr, IEEE: tl.constexpr,
+    PREFETCH_INDICES: tl.constexpr,
 ):
     """Program (group x row tile, split): the tile's rows against the split's share of the group's indices."""
     pid = tl.program_id(0)
@@ -280,7 +258,7 @@ def _mla_sparse_decode_kernel(
             stride_idx_k, blocks_ptr, rope_ptr, scales_ptr, layer_idx, page_size, pool_rows,
             stride_b_b, stride_b_l, stride_b_s, stride_r_b, stride_r_l, stride_r_s, stride_s_b, stride_s_l, stride_s_s,
             KV_LORA_RANK, ROPE_DIM, ROPE_OFF, G, LAT_MODE, LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, SPLIT_QS, CD,
-            BLOCK_M, BLOCK_N, INTERPRET, IEEE)
+            BLOCK_M, BLOCK_N, INTERPRET, IEEE, PREFETCH_INDICES)
         if HAS_EXTRA:
             x_row = x_idx_ptr + row_start.to(tl.int64) * stride_xi_t
             acc, m_i, l_i = _attend_stream(
@@ -290,7 +268,7 @@ def _mla_sparse_decode_kernel(
                 stride_xb_b, stride_xb_l, stride_xb_s, stride_xr_b, stride_xr_l, stride_xr_s,
                 stride_xs_b, stride_xs_l, stride_xs_s, KV_LORA_RANK, ROPE_DIM, ROPE_OFF, X_G,
                 X_LAT_MODE, X_LAT_NG, X_LAT_GS, X_ROPE_MODE, X_ROPE_NG, X_ROPE_GS, SPLIT_QS, CD,
-                BLOCK_M, BLOCK_N, INTERPRET, IEEE)
+                BLOCK_M, BLOCK_N, INTERPRET, IEEE, PREFETCH_INDICES)
 
         has = l_i > 0
         lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * LN2, float("-inf"))

@@ -168,7 +168,7 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
         ieee = torch.float32 in (q.dtype, blocks.dtype) or q.dtype != blocks.dtype
     cfg = config or heuristic(num_heads=num_heads, max_q=max_q, kv_lora_rank=kv_lora_rank, rope_dim=rope,
                               q_dtype=q.dtype, cache_dtype=blocks.dtype, batch=batch, interpret=interpret,
-                              compute_dtype=cd if quant else None)
+                              compute_dtype=cd if quant else None, tile_scales=modes[0] in (2, 3))
     max_rows = max_q * num_heads
     num_tiles = triton.cdiv(max_rows, cfg.block_m)
     split = num_workers > 1

@@ -1,0 +1,63 @@
+"""Named kernel configurations for `compile_sm90.py`: pointer types and constexprs of the hot kernels at
+DeepSeek sizes (576 = 512 latent + 64 rope, page size 64)."""
+
+from __future__ import annotations
+
+import triton.language as tl
+
+
+def decode(fp8: bool, block_m: int, block_n: int, warps: int, stages: int):
+    """The dense decode: bf16 cache and q, or the rope-aware FP8 row with a bf16 q."""
+    from pagedmla.kernels.mla_decode import _mla_decode_kernel
+    types = {n: "*bf16" for n in ("q_ptr", "out_ptr", "rope_ptr", "q_rope_ptr")}
+    types.update({"blocks_ptr": "*fp8e4nv" if fp8 else "*bf16", "lse_ptr": "*fp32", "offsets_ptr": "*i32",
+                  "cache_lengths_ptr": "*i32", "lookup_ptr": "*i32", "schedule_ptr": "*i32", "sink_ptr": "*fp32",
+                  "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "scales_ptr": "*fp32", "q_scale_ptr": "*fp32"})
+    const = dict(KV_LORA_RANK=512, ROPE_DIM=64, BLOCK_M=block_m, BLOCK_N=block_n, HAS_SINK=False,
+                 BLOCK_IN_PAGE=True, IEEE=False, INTERPRET=False, QUANT=fp8, Q_SCALED=False, G=640 if fp8 else 576,
+                 LAT_MODE=1 if fp8 else 0, LAT_NG=1, LAT_GS=512, ROPE_MODE=0, ROPE_NG=1, ROPE_GS=64,
+                 CD=tl.bfloat16, ROPE_AWARE=fp8, ROPE_OFF=256 if fp8 else 512, Q_ROPE_OFF=512, SPLIT_QS=False)
+    return _mla_decode_kernel, types, const, warps, stages
+
+
+def sparse(fp8: bool, block_m: int, block_n: int, warps: int, stages: int, prefetch: bool):
+    """The sparse decode, one index row per sequence (fold), rope-aware FP8 row or bf16 cache, bf16 q."""
+    from pagedmla.kernels.mla_sparse_decode import _mla_sparse_decode_kernel
+    cache = "*fp8e4nv" if fp8 else "*bf16"
+    types = {n: "*bf16" for n in ("q_ptr", "q_rope_ptr", "out_ptr", "rope_ptr", "x_rope_ptr")}
+    types.update({n: "*fp32" for n in ("q_scale_ptr", "lse_ptr", "part_out_ptr", "part_lse_ptr", "sink_ptr",
+                                       "scales_ptr", "x_scales_ptr")})
+    types.update({n: "*i32" for n in ("offsets_ptr", "idx_ptr", "topk_len_ptr", "x_idx_ptr", "x_topk_len_ptr")})
+    types.update({"blocks_ptr": cache, "x_blocks_ptr": cache})
+    const = dict(KV_LORA_RANK=512, ROPE_DIM=64, Q_ROPE_OFF=512, ROPE_OFF=256 if fp8 else 512, G=640,
+                 LAT_MODE=1 if fp8 else 0, LAT_NG=1, LAT_GS=512, ROPE_MODE=0, ROPE_NG=1, ROPE_GS=64,
+                 X_G=640, X_LAT_MODE=0, X_LAT_NG=1, X_LAT_GS=512, X_ROPE_MODE=0, X_ROPE_NG=1, X_ROPE_GS=64,
+                 FOLD=True, HAS_EXTRA=False, HAS_SINK=False, Q_SCALED=False, SPLIT_QS=False, SPLIT=False,
+                 SEARCH_STEPS=8, CD=tl.bfloat16, BLOCK_M=block_m, BLOCK_N=block_n, INTERPRET=False, IEEE=False,
+                 PREFETCH_INDICES=prefetch)
+    return _mla_sparse_decode_kernel, types, const, warps, stages
+
+
+CASES = {
+    "decode-bf16-h16": lambda: decode(False, 16, 64, 8, 3),
+    "decode-bf16-h128": lambda: decode(False, 64, 64, 8, 2),
+    "decode-fp8-h16": lambda: decode(True, 16, 64, 8, 3),
+    "decode-fp8-h128": lambda: decode(True, 64, 32, 8, 3),
+    "sparse-fp8-h128": lambda: sparse(True, 64, 64, 8, 3, False),
+    "sparse-bf16-h16": lambda: sparse(False, 16, 32, 4, 3, True),
+}
+
+
+def decode_grouped(block_m: int, block_n: int, warps: int, stages: int, fp8_q: bool = True):
+    """The dense decode on a plain FP8 cache with one scale per 128 columns (latent in 4 groups, rope in one)."""
+    fn, types, const, _, _ = decode(True, block_m, block_n, warps, stages)
+    if fp8_q:
+        types.update({"q_ptr": "*fp8e4nv", "q_rope_ptr": "*fp8e4nv"})
+    types["rope_ptr"] = "*fp8e4nv"
+    const.update(G=128, LAT_MODE=2, LAT_NG=4, LAT_GS=128, ROPE_MODE=1, ROPE_AWARE=False, ROPE_OFF=512,
+                 Q_SCALED=fp8_q)
+    return fn, types, const, warps, stages
+
+
+CASES.update({f"decode-fp8g128-m{m}-n{n}-s{s}": (lambda m_, n_, s_: lambda: decode_grouped(m_, n_, 8, s_))(m, n, s)
+              for m, n, s in ((16, 64, 3), (16, 64, 2), (64, 64, 2), (64, 32, 3))})

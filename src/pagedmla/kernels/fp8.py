@@ -1,0 +1,87 @@
+"""Jit helpers of the FP8 (e4m3) cache paths shared by the decode kernels: round-to-nearest casts, the scales
+of a gathered tile, and dequantization in the scale modes of `pagedmla.kernels.mla_sparse_decode` (with a
+fast exact e4m3 -> bf16 conversion)."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _cast(x, DTYPE: tl.constexpr, INTERPRET: tl.constexpr):
+    """`x.to(DTYPE)` rounding to nearest even: the CPU interpreter truncates float32 -> bf16, so there the
+    rounding is done on the bits first (finite values; inf stays inf)."""
+    if INTERPRET and DTYPE == tl.bfloat16:
+        bits = x.to(tl.float32).to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.to(tl.float32, bitcast=True).to(DTYPE)
+    return x.to(DTYPE)
+
+
+@triton.jit
+def _load_scales(srow, ok, C0: tl.constexpr, W: tl.constexpr, G: tl.constexpr, MODE: tl.constexpr,
+                 NG: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The scales a `[BLOCK_N, W]` tile of columns `[C0, C0 + W)` needs: `[BLOCK_N]` (mode 1), `[BLOCK_N, NG]`
+    (mode 2), `[BLOCK_N, W]` (mode 3); a dummy `[BLOCK_N]` otherwise."""
+    if MODE == 1:
+        return tl.load(srow + C0 // G, mask=ok, other=0.0)
+    elif MODE == 2:
+        return tl.load(srow[:, None] + (C0 // G + tl.arange(0, NG))[None, :], mask=ok[:, None], other=0.0)
+    elif MODE == 3:
+        return tl.load(srow[:, None] + ((C0 + tl.arange(0, W)) // G)[None, :], mask=ok[:, None], other=0.0)
+    else:
+        return tl.zeros([BLOCK_N], dtype=tl.float32)
+
+
+@triton.jit
+def _e4m3_to_bf16(x):
+    """e4m3 values (any shape, four consecutive per thread) as bf16, exactly, in eight instructions per four.
+
+    Triton converts e4m3 -> f16 -> f32 -> bf16, and its f16 -> f32 step runs at a quarter of the ALU rate: at 16
+    heads the conversion, not the memory, bounded the FP8 decode. Here each byte's sign and 7 magnitude bits
+    are moved into bf16 position (a byte permute and a shift per pair of values), which is the value times
+    2^-120 with bf16's wider exponent (e4m3 subnormals land on bf16 subnormals, which bf16 arithmetic keeps),
+    and one bf16x2 multiply by 2^120 restores it exactly. The e4m3 NaN pattern comes out finite: the kernels
+    never load a NaN byte that the softmax keeps. Not pure on purpose: the compiler then converts each tile
+    once, in its loaded layout, instead of once per MMA operand layout (which also kept the load from being
+    pipelined)."""
+    return tl.inline_asm_elementwise(
+        """
+        {
+        .reg .b32 y, t, c;
+        mov.b32 c, 0x7B807B80;
+        prmt.b32 y, $2, 0, 0x1404;
+        shr.b32 t, y, 4;
+        lop3.b32 y, y, t, 0x80008000, 0xE4;
+        and.b32 y, y, 0x87F087F0;
+        mul.rn.bf16x2 $0, y, c;
+        prmt.b32 y, $2, 0, 0x3424;
+        shr.b32 t, y, 4;
+        lop3.b32 y, y, t, 0x80008000, 0xE4;
+        and.b32 y, y, 0x87F087F0;
+        mul.rn.bf16x2 $1, y, c;
+        }
+        """,
+        "=r,=r,r", [x.to(tl.uint8, bitcast=True)], dtype=tl.bfloat16, is_pure=False, pack=4)
+
+
+@triton.jit
+def _to_compute(x, CD: tl.constexpr, INTERPRET: tl.constexpr):
+    """An e4m3 (or 16/32-bit) tile in the compute dtype CD: `_e4m3_to_bf16` for e4m3 -> bf16 on the GPU."""
+    if x.dtype == tl.float8e4nv and CD == tl.bfloat16 and not INTERPRET:
+        return _e4m3_to_bf16(x)
+    else:
+        return x.to(CD)
+
+
+@triton.jit
+def _dequant(x, s, W: tl.constexpr, MODE: tl.constexpr, NG: tl.constexpr, GS: tl.constexpr,
+             BLOCK_N: tl.constexpr, CD: tl.constexpr, INTERPRET: tl.constexpr):
+    """A gathered `[BLOCK_N, W]` tile in the compute dtype (modes 2 and 3 apply the scales `s`; modes 0 and 1
+    only convert: mode 1's scale is applied to the logits and to P instead)."""
+    if MODE == 2:
+        x3 = tl.reshape(_to_compute(x, CD, INTERPRET).to(tl.float32), [BLOCK_N, NG, GS]) * s[:, :, None]
+        return _cast(tl.reshape(x3, [BLOCK_N, W]), CD, INTERPRET)
+    elif MODE == 3:
+        return _cast(_to_compute(x, CD, INTERPRET).to(tl.float32) * s, CD, INTERPRET)
+    else:
+        return _to_compute(x, CD, INTERPRET)
