@@ -61,3 +61,33 @@ def decode_grouped(block_m: int, block_n: int, warps: int, stages: int, fp8_q: b
 
 CASES.update({f"decode-fp8g128-m{m}-n{n}-s{s}": (lambda m_, n_, s_: lambda: decode_grouped(m_, n_, 8, s_))(m, n, s)
               for m, n, s in ((16, 64, 3), (16, 64, 2), (64, 64, 2), (64, 32, 3))})
+
+
+def prefill(block_m: int, block_n: int, warps: int, stages: int):
+    """The ragged prefill attention (q/k 128 + rope 64 from the cache, v 128), causal, bf16."""
+    from pagedmla.kernels.prefill import _mla_prefill_kernel
+    types = {n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr", "out_ptr", "blocks_ptr")}
+    types.update({n: "*i32" for n in ("bro_ptr", "co_ptr", "offsets_ptr", "cache_lengths_ptr", "lookup_ptr")})
+    types.update({"lse_ptr": "*fp32", "scales_ptr": "*fp32"})
+    const = dict(D_NOPE=128, D_ROPE=64, D_V=128, BLOCK_DN=128, BLOCK_DR=64, BLOCK_DV=128, BLOCK_M=block_m,
+                 BLOCK_N=block_n, MASK=1, PAGE_SIZE=64, GROUP=576, SCALED=False, SEARCH_CHUNKS=1, SEARCH_BLOCK=64,
+                 INTERPRET=False)
+    return _mla_prefill_kernel, types, const, warps, stages
+
+
+CASES.update({f"prefill-m{m}-n{n}-w{w}-s{s}": (lambda m_, n_, w_, s_: lambda: prefill(m_, n_, w_, s_))(m, n, w, s)
+              for m, n, w, s in ((128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 4, 3),
+                                 (64, 128, 4, 2), (128, 64, 8, 4))})
+
+
+def prefill_fp8(block_m: int, block_n: int, warps: int, stages: int, group: int = 64):
+    """The prefill attention with the rope columns read from an FP8 cache (one scale per `group` columns)."""
+    fn, types, const, _, _ = prefill(block_m, block_n, warps, stages)
+    types["blocks_ptr"] = "*fp8e4nv"
+    const.update(SCALED=True, GROUP=group)
+    return fn, types, const, warps, stages
+
+
+CASES.update({f"prefill-fp8-m{m}-n{n}-s{s}": (lambda m_, n_, s_: lambda: prefill_fp8(m_, n_, 8, s_))(m, n, s)
+              for m, n, s in ((128, 64, 3), (128, 64, 4), (128, 128, 2))})
+

@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
-# One device call of probes (edit per session): gpu tests of the touched kernels, then the decode and sparse
-# sweeps. Full logs under $OUT. Usage on the device: OUT=<dir> bash scripts/probe_session.sh
+# One device call of probes (edit per session): the prefill probe's sweep, then the whole gpu session
+# (gpu tier, demo, benchmark suite) and the FP8-vs-bf16 dense and 16-head bf16 sparse benchmark rows.
+# Full logs under $OUT. Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-timeout 150 python3 -m pytest -q -m gpu tests/test_decode_triton.py tests/test_sparse_decode_triton.py \
-  -k "fp8 or e4m3 or launch_variants or sparse" -p no:cacheprovider -rf 2>&1 | tee "$OUT/gpu-tests.log" | tail -6
-D="timeout 110 python3 benchmarks/decode_probe.py --sweep"
-$D --case 64,4096,16,1 --case 64,4096,16,1,fp8 --case 128,4096,16,1,fp8 --config 16,64,8,3 --config 16,64,8,2 \
-  --config 16,32,4,3 --config 16,32,4,4 --workers 256 --json "$OUT/d16.json" > "$OUT/d16.txt" 2>&1
-grep "^|" "$OUT/d16.txt"
-$D --case 64,4096,128,1,fp8 --config 64,32,8,3 --config 64,64,8,2 --json "$OUT/d128.json" > "$OUT/d128.txt" 2>&1
-grep "^|" "$OUT/d128.txt"
-timeout 150 python3 benchmarks/sparse_probe.py --sweep --budget-s 100 --out "$OUT" > "$OUT/sparse.log" 2>&1
-grep -v "^{" "$OUT/sparse.log" | tail -26
+timeout 120 python3 benchmarks/prefill_probe.py --sweep --only prefill --json "$OUT/prefill.json" \
+  > "$OUT/prefill.log" 2>&1
+grep -v "^ \|^Traceback" "$OUT/prefill.log" | grep -v "^{" | tail -16
+TEST_TIMEOUT=300 BENCH_TIMEOUT=260 bash scripts/gpu_session.sh all > "$OUT/session.log" 2>&1
+grep -E "passed|failed|error" "$OUT/gpu-tests.log" | tail -3; tail -3 "$OUT/demo.log"
+timeout 60 python3 -m pagedmla.cli bench decode --heads 16 --batch 64 128 --keys 4096 --kv-dtype bf16 fp8 \
+  --no-reference --json "$OUT/fp8-dense.json" --commit "${COMMIT:-unknown}" > "$OUT/fp8-dense.txt" 2>&1
+timeout 60 python3 -m pagedmla.cli bench sparse --heads 16 --kv-dtype bf16 --no-reference \
+  --json "$OUT/sparse16.json" --commit "${COMMIT:-unknown}" > "$OUT/sparse16.txt" 2>&1
+tail -12 "$OUT/bench.txt"; tail -8 "$OUT/fp8-dense.txt"; tail -5 "$OUT/sparse16.txt"

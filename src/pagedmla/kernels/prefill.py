@@ -89,7 +89,7 @@ def _load_or_zero(ptrs, mask):
 
 @triton.jit
 def _attend_block(
-    acc, m_i, l_i, start, q_nope, q_rope, q_abs,
+    acc, m_i, l_i, start, rope_block, q_nope, q_rope, q_abs,
     k_ptr, v_ptr, blocks_ptr, scales_ptr, lookup_row_ptr, key_row0, key_pos0, num_valid, num_keys,
     layer_idx, window, qk_scale, rope_start,
     stride_k_r, stride_v_r, stride_blk_b, stride_blk_l, stride_blk_s, stride_sc_b, stride_sc_l, stride_sc_s,
@@ -99,7 +99,8 @@ def _attend_block(
     SCALED: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """One key block [start, start + BLOCK_N) of the online softmax. MASKED blocks apply the mask and the
-    bounds (and load nothing past them: unused cache slots may hold NaN); unmasked blocks are fully visible."""
+    bounds (and load nothing past them: unused cache slots may hold NaN); unmasked blocks are fully visible.
+    `rope_block`: the cache blocks of the block's keys (`_rope_blocks`, loaded an iteration ahead)."""
     j = start + tl.arange(0, BLOCK_N)
     k_pos = key_pos0 + j
     dn = tl.arange(0, BLOCK_DN)
@@ -120,11 +121,10 @@ def _attend_block(
     if D_ROPE > 0:
         # rope columns of the keys, read from the paged cache (shared by every head)
         dr = tl.arange(0, BLOCK_DR)
+        block = rope_block
         if MASKED:
-            block = tl.load(lookup_row_ptr + k_pos // PAGE_SIZE, mask=j_ok, other=0).to(tl.int64)
             kr_mask = j_ok[None, :] & (dr < D_ROPE)[:, None]
         else:
-            block = tl.load(lookup_row_ptr + k_pos // PAGE_SIZE).to(tl.int64)
             kr_mask = (dr < D_ROPE)[:, None] if BLOCK_DR != D_ROPE else None
         slot = k_pos % PAGE_SIZE
         rows = block * stride_blk_b + layer_idx * stride_blk_l + slot * stride_blk_s + rope_start
@@ -153,6 +153,15 @@ def _attend_block(
 
 
 @triton.jit
+def _rope_blocks(lookup_row_ptr, key_pos0, start, num_valid, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Cache blocks of keys [start, start + BLOCK_N) (0 past num_valid). The loop loads them one block ahead:
+    rope rows whose addresses wait on a table load of the same iteration are copied only after it, too late to
+    overlap the block before."""
+    j = start + tl.arange(0, BLOCK_N)
+    return tl.load(lookup_row_ptr + (key_pos0 + j) // PAGE_SIZE, mask=j < num_valid, other=0).to(tl.int64)
+
+
+@triton.jit
 def _attend_range(
     acc, m_i, l_i, lo, hi, q_nope, q_rope, q_abs,
     k_ptr, v_ptr, blocks_ptr, scales_ptr, lookup_row_ptr, key_row0, key_pos0, num_valid, num_keys,
@@ -165,11 +174,14 @@ def _attend_range(
 ):
     """Key blocks starting at lo, lo + BLOCK_N, ... below hi. Compiled: a pipelined for loop. Interpreted: a
     while loop (with NumPy >= 2.4 the interpreter cannot take a runtime bound in range())."""
+    next_block = _rope_blocks(lookup_row_ptr, key_pos0, lo, num_valid, PAGE_SIZE, BLOCK_N)
     if INTERPRET:
         start = lo
         while start < hi:
+            block = next_block
+            next_block = _rope_blocks(lookup_row_ptr, key_pos0, start + BLOCK_N, num_valid, PAGE_SIZE, BLOCK_N)
             acc, m_i, l_i = _attend_block(
-                acc, m_i, l_i, start, q_nope, q_rope, q_abs, k_ptr, v_ptr, blocks_ptr, scales_ptr, lookup_row_ptr,
+                acc, m_i, l_i, start, block, q_nope, q_rope, q_abs, k_ptr, v_ptr, blocks_ptr, scales_ptr, lookup_row_ptr,
                 key_row0, key_pos0, num_valid, num_keys, layer_idx, window, qk_scale, rope_start,
                 stride_k_r, stride_v_r, stride_blk_b, stride_blk_l, stride_blk_s, stride_sc_b, stride_sc_l,
                 stride_sc_s, D_NOPE, D_ROPE, D_V, BLOCK_DN, BLOCK_DR, BLOCK_DV, BLOCK_N, MASK, MASKED,
@@ -177,8 +189,10 @@ def _attend_range(
             start += BLOCK_N
     else:
         for start in range(lo, hi, BLOCK_N):
+            block = next_block
+            next_block = _rope_blocks(lookup_row_ptr, key_pos0, start + BLOCK_N, num_valid, PAGE_SIZE, BLOCK_N)
             acc, m_i, l_i = _attend_block(
-                acc, m_i, l_i, start, q_nope, q_rope, q_abs, k_ptr, v_ptr, blocks_ptr, scales_ptr, lookup_row_ptr,
+                acc, m_i, l_i, start, block, q_nope, q_rope, q_abs, k_ptr, v_ptr, blocks_ptr, scales_ptr, lookup_row_ptr,
                 key_row0, key_pos0, num_valid, num_keys, layer_idx, window, qk_scale, rope_start,
                 stride_k_r, stride_v_r, stride_blk_b, stride_blk_l, stride_blk_s, stride_sc_b, stride_sc_l,
                 stride_sc_s, D_NOPE, D_ROPE, D_V, BLOCK_DN, BLOCK_DR, BLOCK_DV, BLOCK_N, MASK, MASKED,
