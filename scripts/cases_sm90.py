@@ -6,7 +6,7 @@ from __future__ import annotations
 import triton.language as tl
 
 
-def decode(fp8: bool, block_m: int, block_n: int, warps: int, stages: int):
+def decode(fp8: bool, block_m: int, block_n: int, warps: int, stages: int, prefetch: bool | None = None):
     """The dense decode: bf16 cache and q, or the rope-aware FP8 row with a bf16 q."""
     from pagedmla.kernels.mla_decode import _mla_decode_kernel
     types = {n: "*bf16" for n in ("q_ptr", "out_ptr", "rope_ptr", "q_rope_ptr")}
@@ -16,7 +16,8 @@ def decode(fp8: bool, block_m: int, block_n: int, warps: int, stages: int):
     const = dict(KV_LORA_RANK=512, ROPE_DIM=64, BLOCK_M=block_m, BLOCK_N=block_n, HAS_SINK=False,
                  BLOCK_IN_PAGE=True, IEEE=False, INTERPRET=False, QUANT=fp8, Q_SCALED=False, G=640 if fp8 else 576,
                  LAT_MODE=1 if fp8 else 0, LAT_NG=1, LAT_GS=512, ROPE_MODE=0, ROPE_NG=1, ROPE_GS=64,
-                 CD=tl.bfloat16, ROPE_AWARE=fp8, ROPE_OFF=256 if fp8 else 512, Q_ROPE_OFF=512, SPLIT_QS=False)
+                 CD=tl.bfloat16, ROPE_AWARE=fp8, ROPE_OFF=256 if fp8 else 512, Q_ROPE_OFF=512, SPLIT_QS=False,
+                 PREFETCH_TABLE=fp8 if prefetch is None else prefetch)
     return _mla_decode_kernel, types, const, warps, stages
 
 
@@ -39,8 +40,9 @@ def sparse(fp8: bool, block_m: int, block_n: int, warps: int, stages: int, prefe
 
 
 CASES = {
-    "decode-bf16-h16": lambda: decode(False, 16, 64, 8, 3),
+    "decode-bf16-h16": lambda: decode(False, 16, 64, 8, 5),
     "decode-bf16-h128": lambda: decode(False, 64, 64, 8, 2),
+    "decode-bf16-h128-b16": lambda: decode(False, 64, 32, 8, 5),
     "decode-fp8-h16": lambda: decode(True, 16, 64, 8, 3),
     "decode-fp8-h128": lambda: decode(True, 64, 32, 8, 3),
     "sparse-fp8-h128": lambda: sparse(True, 64, 64, 8, 3, False),

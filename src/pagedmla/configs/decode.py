@@ -20,13 +20,17 @@ class DecodeConfig:
         block_m: rows (heads x query tokens of one sequence) per program; every cache row read serves them all.
         block_n: keys per iteration of the main loop.
         num_warps: warps per program.
-        num_stages: software pipelining of the cache loads (`num_stages - 1` key blocks in flight).
+        num_stages: software pipelining of the cache loads. Without prefetch_table the key rows' addresses wait
+            on a table load of the same iteration, and a block's loads overlap the previous block's math only
+            from 5 stages on; with it `num_stages - 1` blocks are in flight.
+        prefetch_table: load each block's lookup-table entry one block ahead (see `_page_block`).
     """
 
     block_m: int = 64
     block_n: int = 32
     num_warps: int = 8
     num_stages: int = 5
+    prefetch_table: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,18 +75,19 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     """Tiles for one decode call (measured on an H200, see benchmarks/decode_probe.py).
 
     Every tile takes 8 warps: a 64-row tile needs two warpgroups for its `[64, kv_lora_rank]` float32
-    accumulator at kv_lora_rank 512. The main loop loads each block's table entry one block ahead, so `s`
-    stages keep `s - 1` key blocks in flight (shared memory: q plus `s - 1` buffers of `block_n` rows).
-    16- and 32-row tiles: 64-key blocks, 3 stages (2 stages measured 25% slower at 16 heads, 32-key blocks at
-    4 to 5 stages 40% slower). 64-row tiles: 64-key blocks at 2 stages (no room for a third buffer next to the
-    q tile), 32-key blocks at 4 stages for batches up to 16 (few long pieces per program, where the overlap
-    matters more than the width of the logits MMA). float32 operands (any float32 input, or q and cache of
-    different types) take the FMA path, whose operands live in registers: 16-row tiles.
+    accumulator at kv_lora_rank 512. 16- and 32-row tiles stream 64-key blocks two at a time (5 stages, one
+    program per SM). A 64-row tile cannot hold three 64-key buffers next to its q tile, and its key loads are
+    not overlapped at 2 stages; at batch 64 and more, 64-key blocks still beat 32-key blocks with overlap,
+    because the warpgroup MMAs of the logits get twice as wide; small batches (few, long pieces per program)
+    gain more from the overlap. Loading the table entries a block ahead (prefetch_table) measured no faster for
+    bf16 (3% slower at 16 heads), so these configs leave it off. float32 operands (any float32 input, or q and
+    cache of different types) take the FMA path, whose operands live in registers: 16-row tiles.
 
     FP8 cache or q (`compute_dtype` given: the MMA operands' dtype): the e4m3 tile is copied to shared memory
     as it is (the copies pipeline), converted in registers (`pagedmla.kernels.fp8._e4m3_to_bf16`) and stored
-    back as bf16 for the MMAs. Measured on the H200 with the rope-aware row (one scale per row): 16-row tiles
-    take 64-key blocks at 3 stages, 64-row tiles 64-key blocks at 2 stages. `tile_scales` (scales applied
+    back as bf16 for the MMAs, with the table entries loaded a block ahead. Measured on the H200 with the
+    rope-aware row (one scale per row): 16-row tiles take 64-key blocks at 3 stages, 64-row tiles 64-key
+    blocks at 2 stages. `tile_scales` (scales applied
     inside the latent tile: a granularity finer than the latent) needs room for the scale tiles: 2 stages at
     16 rows, 32-key blocks at 64 rows (shared memory checked with ptxas for sm_90a).
 
@@ -97,16 +102,17 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
             return DecodeConfig(block_m=16, block_n=32, num_warps=8, num_stages=2)
         if block_m >= 64:
             if tile_scales:
-                return DecodeConfig(block_m=block_m, block_n=32, num_warps=8, num_stages=3)
-            return DecodeConfig(block_m=block_m, block_n=64, num_warps=8, num_stages=2)
-        return DecodeConfig(block_m=block_m, block_n=64, num_warps=8, num_stages=2 if tile_scales else 3)
+                return DecodeConfig(block_m=block_m, block_n=32, num_warps=8, num_stages=3, prefetch_table=True)
+            return DecodeConfig(block_m=block_m, block_n=64, num_warps=8, num_stages=2, prefetch_table=True)
+        return DecodeConfig(block_m=block_m, block_n=64, num_warps=8, num_stages=2 if tile_scales else 3,
+                            prefetch_table=True)
     if torch.float32 in (q_dtype, cache_dtype) or q_dtype != cache_dtype:
         return DecodeConfig(block_m=16, block_n=32, num_warps=8, num_stages=2)
     if block_m >= 64:
         if batch <= 16:
-            return DecodeConfig(block_m=64, block_n=32, num_warps=8, num_stages=4)
+            return DecodeConfig(block_m=64, block_n=32, num_warps=8, num_stages=5)
         return DecodeConfig(block_m=64, block_n=64, num_warps=8, num_stages=2)
-    return DecodeConfig(block_m=block_m, block_n=64, num_warps=8, num_stages=3)
+    return DecodeConfig(block_m=block_m, block_n=64, num_warps=8, num_stages=5)
 
 
 def combine_heuristic(*, num_workers: int, batch: int, kv_lora_rank: int,
@@ -148,7 +154,7 @@ def search_space(*, num_heads: int, max_q: int) -> list[DecodeConfig]:
     """bf16/fp16 configs worth timing for a shape (opt-in tuning; tests never use it)."""
     block_m = block_m_for(num_heads, max_q)
     if block_m >= 64:
-        shapes = [(64, 8, 2), (32, 8, 4), (32, 8, 3)]
+        shapes = [(64, 8, 2), (32, 8, 5)]
     else:
-        shapes = [(64, 8, 3), (64, 8, 2), (32, 4, 3)]
+        shapes = [(64, 8, 5), (64, 8, 2), (32, 4, 5)]
     return [DecodeConfig(block_m=block_m, block_n=n, num_warps=w, num_stages=s) for n, w, s in shapes]

@@ -25,13 +25,17 @@ class DecompressConfig:
     gather_warps: int = 4
 
 
-def prefill_heuristic(*, fp8_cache: bool = False, interpret: bool = False) -> PrefillConfig:
-    """128 x 128 tiles, 8 warps, double-buffered on the GPU (the best of the configs timed on the H200, see
-    benchmarks/prefill_probe.py); 128 x 64 for FP8 caches, whose rope scales would not fit in shared memory
-    beside 128-key tiles; 16 x 16 under the interpreter so tiny tests cross tile edges."""
+def prefill_heuristic(*, fp8_cache: bool = False, interpret: bool = False,
+                      rows_per_sequence: float = 4096.0) -> PrefillConfig:
+    """Measured on the H200 (benchmarks/prefill_probe.py, causal, against cuDNN in the same run): 128 x 128
+    tiles, 8 warps, double-buffered for long prompts (0.64-0.66 of cuDNN at 4096-8192 tokens per sequence,
+    128 x 64 tiles 0.58-0.63); 128 x 64 tiles at 3 stages when sequences average 2048 new rows or fewer
+    (0.56 of cuDNN at 16 x 1024 against 0.49: more, smaller diagonal tiles balance better). FP8 caches take
+    128 x 64, whose rope scales would not fit in shared memory beside 128-key tiles; 16 x 16 under the
+    interpreter so tiny tests cross tile edges."""
     if interpret:
         return PrefillConfig(block_m=16, block_n=16, num_warps=1, num_stages=1)
-    if fp8_cache:
+    if fp8_cache or rows_per_sequence <= 2048:
         return PrefillConfig(block_m=128, block_n=64, num_warps=8, num_stages=3)
     return PrefillConfig()
 

@@ -23,8 +23,9 @@ power-of-two groups through a `[BLOCK_N, NG, GS]` view, or one scale per element
 multiplies the logits. The rope-aware row (e4m3 latent with one scale per row, then the rope part as bf16 bytes)
 reads its rope columns through a bf16 view of the cache (and of an FP8 q).
 
-Pipelining: the main loop loads each block's lookup-table entry one block ahead (`_page_block`), so the key
-rows' addresses never wait on a load of the same iteration and `num_stages - 1` blocks are in flight.
+Pipelining (`PREFETCH_TABLE`, the FP8 configs): the main loop loads each block's lookup-table entry one block
+ahead (`_page_block`), so the key rows' addresses never wait on a load of the same iteration and
+`num_stages - 1` blocks are in flight.
 
 Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave the kernels in natural log.
 """
@@ -118,9 +119,10 @@ def _mla_decode_plan_kernel(
 
 @triton.jit
 def _page_block(lookup_row_ptr, k0, key_hi, page_size, BLOCK_IN_PAGE: tl.constexpr):
-    """The table entry of the block of keys at k0 (0 past key_hi, or without BLOCK_IN_PAGE). The main loop loads
-    it one block ahead: a row address that waits on a table load of the same iteration keeps the compiler from
-    issuing the block's copies early (it then overlaps them with the previous block's MMAs only at 5 stages)."""
+    """The table entry of the block of keys at k0 (0 past key_hi, or without BLOCK_IN_PAGE). With PREFETCH_TABLE
+    the main loop loads it one block ahead: a row address that waits on a table load of the same iteration
+    keeps the compiler from issuing the block's copies early (measured on H200: what the FP8 tiles need; the
+    bf16 tiles are as fast or faster without it)."""
     if BLOCK_IN_PAGE:
         return tl.load(lookup_row_ptr + k0 // page_size, mask=k0 < key_hi, other=0)
     else:
@@ -239,7 +241,7 @@ def _mla_decode_kernel(
     QUANT: tl.constexpr, Q_SCALED: tl.constexpr, G: tl.constexpr, LAT_MODE: tl.constexpr, LAT_NG: tl.constexpr,
     LAT_GS: tl.constexpr, ROPE_MODE: tl.constexpr, ROPE_NG: tl.constexpr, ROPE_GS: tl.constexpr,
     CD: tl.constexpr, ROPE_AWARE: tl.constexpr, ROPE_OFF: tl.constexpr, Q_ROPE_OFF: tl.constexpr,
-    SPLIT_QS: tl.constexpr,
+    SPLIT_QS: tl.constexpr, PREFETCH_TABLE: tl.constexpr,
 ):
     """Program (worker w, row tile t): the tile's rows against the keys of w's span, sequence by sequence."""
     pid = tl.program_id(0)
@@ -309,13 +311,17 @@ def _mla_decode_kernel(
             acc = tl.zeros([BLOCK_M, KV_LORA_RANK], dtype=tl.float32)
             m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
             l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-            next_page_block = _page_block(lookup_row, key_lo, key_hi, page_size, BLOCK_IN_PAGE)
+            if PREFETCH_TABLE:
+                next_page_block = _page_block(lookup_row, key_lo, key_hi, page_size, BLOCK_IN_PAGE)
             if INTERPRET:
                 # the interpreter takes no runtime bounds in range()
                 k0 = key_lo
                 while k0 < key_hi:
-                    page_block = next_page_block
-                    next_page_block = _page_block(lookup_row, k0 + BLOCK_N, key_hi, page_size, BLOCK_IN_PAGE)
+                    if PREFETCH_TABLE:
+                        page_block = next_page_block
+                        next_page_block = _page_block(lookup_row, k0 + BLOCK_N, key_hi, page_size, BLOCK_IN_PAGE)
+                    else:
+                        page_block = _page_block(lookup_row, k0, key_hi, page_size, BLOCK_IN_PAGE)
                     acc, m_i, l_i = _attend_block(
                         acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi, blocks_ptr,
                         scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
@@ -325,8 +331,11 @@ def _mla_decode_kernel(
                     k0 += BLOCK_N
             else:
                 for k0 in range(key_lo, key_hi, BLOCK_N):
-                    page_block = next_page_block
-                    next_page_block = _page_block(lookup_row, k0 + BLOCK_N, key_hi, page_size, BLOCK_IN_PAGE)
+                    if PREFETCH_TABLE:
+                        page_block = next_page_block
+                        next_page_block = _page_block(lookup_row, k0 + BLOCK_N, key_hi, page_size, BLOCK_IN_PAGE)
+                    else:
+                        page_block = tl.load(lookup_row + k0 // page_size) if BLOCK_IN_PAGE else 0
                     acc, m_i, l_i = _attend_block(
                         acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi, blocks_ptr,
                         scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
