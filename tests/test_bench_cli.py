@@ -214,3 +214,5 @@ def test_provenance_without_a_gpu(monkeypatch):
     info = bench.provenance()
     assert info["gpu"] == "none" and info["torch"] == torch.__version__
     assert set(bench.PROVENANCE_FIELDS) - {"copy_tb_per_s", "matmul_tflop_per_s"} <= set(info)
+    # an explicit commit wins over git's view (a runner's copy of the tree may carry stale git metadata)
+    assert bench.provenance(commit="abc1234")["commit"] == "abc1234"

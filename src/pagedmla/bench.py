@@ -84,8 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--csv", metavar="FILE", help="write rows with provenance as CSV")
     out.add_argument("--plot", metavar="FILE.png", help="roofline plot (needs matplotlib)")
     out.add_argument("--list", action="store_true", help="print the selected cases with FLOPs and bytes; no timing")
-    out.add_argument("--commit", metavar="REV", help="the commit to record when git cannot tell (a copy of the "
-                     "tree without .git)")
+    out.add_argument("--commit", metavar="REV", help="the commit to record instead of git's HEAD (for a copy of "
+                     "the tree whose .git is missing or not the tree's own, as a remote runner's may be)")
     run = p.add_argument_group("timing")
     run.add_argument("--warmup-ms", type=float, default=25.0, help="warm-up per case (default 25)")
     run.add_argument("--rep-ms", type=float, default=100.0, help="measuring time per case (default 100)")
@@ -430,10 +430,12 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
-def provenance(device=None) -> dict:
-    """Where the numbers came from: GPU, library versions, commit and date (UTC)."""
+def provenance(device=None, commit: str | None = None) -> dict:
+    """Where the numbers came from: GPU, library versions, commit (`commit` when given, else git's HEAD) and
+    date (UTC)."""
     info = {"gpu": "none", "sm_count": "", "torch": torch.__version__, "triton": _version("triton"),
-            "cuda": torch.version.cuda or "", "python": platform.python_version(), "commit": _git_commit(),
+            "cuda": torch.version.cuda or "", "python": platform.python_version(),
+            "commit": commit or _git_commit(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(torch.device("cuda") if device is None else device)
@@ -577,9 +579,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     device = torch.device("cuda")
     torch.manual_seed(0)
-    prov = provenance(device)
-    if args.commit and prov["commit"] == "unknown":
-        prov["commit"] = args.commit
+    prov = provenance(device, commit=args.commit)
     progress = _Progress(len(selected) + 1)
     progress.update(0, "ceilings: copy and matmul")
     ceilings = perf.measure_ceilings(device=device)

@@ -80,7 +80,7 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     not overlapped at 2 stages; at batch 64 and more, 64-key blocks still beat 32-key blocks with overlap,
     because the warpgroup MMAs of the logits get twice as wide; small batches (few, long pieces per program)
     gain more from the overlap. Loading the table entries a block ahead (prefetch_table) measured no faster for
-    bf16 (3% slower at 16 heads), so these configs leave it off. float32 operands (any float32 input, or q and
+    bf16 (3-4% slower at 16 heads), so these configs leave it off. float32 operands (any float32 input, or q and
     cache of different types) take the FMA path, whose operands live in registers: 16-row tiles.
 
     FP8 cache or q (`compute_dtype` given: the MMA operands' dtype): the e4m3 tile is copied to shared memory
