@@ -3,6 +3,8 @@ DeepSeek sizes (576 = 512 latent + 64 rope, page size 64)."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import triton.language as tl
 
 
@@ -61,7 +63,7 @@ def decode_grouped(block_m: int, block_n: int, warps: int, stages: int, fp8_q: b
     return fn, types, const, warps, stages
 
 
-CASES.update({f"decode-fp8g128-m{m}-n{n}-s{s}": (lambda m_, n_, s_: lambda: decode_grouped(m_, n_, 8, s_))(m, n, s)
+CASES.update({f"decode-fp8g128-m{m}-n{n}-s{s}": partial(decode_grouped, m, n, 8, s)
               for m, n, s in ((16, 64, 3), (16, 64, 2), (64, 64, 2), (64, 32, 3))})
 
 
@@ -77,7 +79,7 @@ def prefill(block_m: int, block_n: int, warps: int, stages: int):
     return _mla_prefill_kernel, types, const, warps, stages
 
 
-CASES.update({f"prefill-m{m}-n{n}-w{w}-s{s}": (lambda m_, n_, w_, s_: lambda: prefill(m_, n_, w_, s_))(m, n, w, s)
+CASES.update({f"prefill-m{m}-n{n}-w{w}-s{s}": partial(prefill, m, n, w, s)
               for m, n, w, s in ((128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 4, 3),
                                  (64, 128, 4, 2), (128, 64, 8, 4))})
 
@@ -90,6 +92,52 @@ def prefill_fp8(block_m: int, block_n: int, warps: int, stages: int, group: int 
     return fn, types, const, warps, stages
 
 
-CASES.update({f"prefill-fp8-m{m}-n{n}-s{s}": (lambda m_, n_, s_: lambda: prefill_fp8(m_, n_, 8, s_))(m, n, s)
+CASES.update({f"prefill-fp8-m{m}-n{n}-s{s}": partial(prefill_fp8, m, n, 8, s)
               for m, n, s in ((128, 64, 3), (128, 64, 4), (128, 128, 2))})
 
+
+
+def decode_fp8_heuristic(heads: int, max_q: int, granularity: int, fp8_q: bool):
+    """The FP8 dense decode with the config the heuristic picks: rope-aware row (granularity 0) or a plain FP8
+    cache with one scale per `granularity` columns, bf16 or FP8 q."""
+    import torch
+
+    from pagedmla.configs.decode import block_m_for, heuristic
+    from pagedmla.ops._triton_sparse_decode import _tile_mode
+    if granularity:
+        lat, rope = _tile_mode(0, 512, granularity), _tile_mode(512, 64, granularity)
+    else:
+        lat, rope = (1, 1, 512), (0, 1, 64)
+    cfg = heuristic(num_heads=heads, max_q=max_q, kv_lora_rank=512, rope_dim=64,
+                    q_dtype=torch.float8_e4m3fn if fp8_q else torch.bfloat16, cache_dtype=torch.float8_e4m3fn,
+                    compute_dtype=torch.bfloat16, tile_scales=lat[0] in (2, 3))
+    assert cfg.block_m == block_m_for(heads, max_q)
+    fn, types, const, _, _ = decode(True, cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages,
+                                    prefetch=cfg.prefetch_table)
+    if fp8_q:
+        types.update({"q_ptr": "*fp8e4nv"})
+        types["q_rope_ptr"] = "*bf16" if not granularity else "*fp8e4nv"
+    if granularity:
+        types["rope_ptr"] = "*fp8e4nv"
+        const.update(ROPE_AWARE=False, ROPE_OFF=512)
+    const.update(G=granularity or 640, LAT_MODE=lat[0], LAT_NG=lat[1], LAT_GS=lat[2], ROPE_MODE=rope[0],
+                 ROPE_NG=rope[1], ROPE_GS=rope[2], Q_SCALED=fp8_q, SPLIT_QS=fp8_q and not granularity)
+    return fn, types, const, cfg.num_warps, cfg.num_stages
+
+
+CASES.update({f"heuristic-fp8-h{h}-q{q}-g{g}-{'fp8q' if f else 'bf16q'}": partial(decode_fp8_heuristic, h, q, g, f)
+              for h, q in ((16, 1), (16, 2), (128, 1)) for g in (0, 576, 128, 96) for f in (False, True)})
+
+
+def decode_bf16_heuristic(heads: int, max_q: int, batch: int):
+    """The bf16 dense decode with the config the heuristic picks."""
+    import torch
+
+    from pagedmla.configs.decode import heuristic
+    cfg = heuristic(num_heads=heads, max_q=max_q, kv_lora_rank=512, rope_dim=64, q_dtype=torch.bfloat16,
+                    cache_dtype=torch.bfloat16, batch=batch)
+    return decode(False, cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, prefetch=cfg.prefetch_table)
+
+
+CASES.update({f"heuristic-bf16-h{h}-q{q}-b{b}": partial(decode_bf16_heuristic, h, q, b)
+              for h, q, b in ((16, 1, 64), (16, 2, 64), (128, 1, 64), (128, 1, 1))})

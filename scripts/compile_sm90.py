@@ -84,20 +84,33 @@ def report(kernel, show: str = "") -> None:
 
 def main(argv=None):
     parser = argparse.ArgumentParser()
-    parser.add_argument("case")
+    parser.add_argument("case", help="a case name, or a prefix ending in '*' (every case it starts)")
     parser.add_argument("--show", default="", help="regex of TTGIR lines to print")
     parser.add_argument("--dump", default="", help="write ttgir/ptx to this prefix")
+    parser.add_argument("--max-shared", type=int, default=0,
+                        help="exit 1 when a case needs more shared memory than this (bytes; the H200: 232448)")
     args = parser.parse_args(argv)
     from cases_sm90 import CASES  # beside this script (on sys.path when run)
-    fn, types, constexprs, warps, stages = CASES[args.case]()
-    k = compile_kernel(fn, types, constexprs, warps, stages)
-    report(k, args.show)
-    if args.dump:
-        for key in ("ttgir", "ptx"):
-            with open(f"{args.dump}.{key}", "w") as f:
-                f.write(k.asm[key])
+    names = [n for n in CASES if n.startswith(args.case[:-1])] if args.case.endswith("*") else [args.case]
+    over = []
+    for name in names:
+        fn, types, constexprs, warps, stages = CASES[name]()
+        k = compile_kernel(fn, types, constexprs, warps, stages)
+        if len(names) > 1:
+            print(f"{name}: ", end="")
+        report(k, args.show)
+        if args.max_shared and k.metadata.shared > args.max_shared:
+            over.append(f"{name} ({k.metadata.shared} bytes)")
+        if args.dump:
+            for key in ("ttgir", "ptx"):
+                with open(f"{args.dump}.{key}", "w") as f:
+                    f.write(k.asm[key])
+    if over:
+        print("over the shared-memory limit:", ", ".join(over))
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
-    main()
+    sys.exit(main())

@@ -624,8 +624,10 @@ def run_launcher(pb, kv, q, cfg, *, parts=2, rope=ROPE, mask="causal", window=-1
 @cpu_tier
 @pytest.mark.parametrize("cache_kind", ["fp32", "fp8-G16", "fp8-rope-aware"])
 @pytest.mark.parametrize("block_m,parts", [(16, 2), (32, 1)])
-def test_launch_variants(cache_kind, block_m, parts):
-    """Explicit launch configs on bf16-like and FP8 caches: the same answers as the reference."""
+@pytest.mark.parametrize("prefetch", [False, True], ids=["no-prefetch", "prefetch"])
+def test_launch_variants(cache_kind, block_m, parts, prefetch):
+    """Explicit launch configs on float32 and FP8 caches, with and without the table entries loaded a block
+    ahead (page size 16 = block_n: the prefetch is active): the same answers as the reference."""
     pb, q = batch([7, 0, 23, 40], [2, 1, 3, 1], page_size=16, seed=101)
     if cache_kind == "fp32":
         kv = pb.kv
@@ -633,7 +635,7 @@ def test_launch_variants(cache_kind, block_m, parts):
         kv = pm.quantize_kv_cache(pb.kv, 16)
     else:
         kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=ROPE)
-    cfg = DecodeConfig(block_m=block_m, block_n=16, num_warps=1, num_stages=1)
+    cfg = DecodeConfig(block_m=block_m, block_n=16, num_warps=1, num_stages=1, prefetch_table=prefetch)
     got, lse = run_launcher(pb, kv, q, cfg, parts=parts, mask="sliding_window_causal", window=9)
     want = (reference(pb, q, "sliding_window_causal", 9) if cache_kind == "fp32"
             else fp8_reference(pb, kv, q, mask="sliding_window_causal", window=9))
@@ -645,17 +647,21 @@ def test_launch_variants(cache_kind, block_m, parts):
 @pytest.mark.parametrize("heads,block_m,block_n,warps,stages", [
     (16, 16, 32, 4, 3), (16, 16, 32, 8, 5), (16, 16, 64, 8, 2), (128, 64, 32, 8, 3), (128, 64, 64, 8, 2),
 ], ids=["H16-n32w4", "H16-n32s5", "H16-n64s2", "H128-n32s3", "H128-n64s2"])
-def test_gpu_launch_variants(cache_kind, heads, block_m, block_n, warps, stages):
-    """The launch configs the probes time, at DeepSeek shapes, against the float32 reference."""
-    pb, q = batch([1000, 0, 63, 4000, 129, 700], [1, 1, 1, 2, 1, 1], heads=heads, head_size=576, page_size=64,
-                  dtype=torch.bfloat16, seed=103, device="cuda")
+@pytest.mark.parametrize("prefetch,page_size", [(False, 64), (True, 64), (True, 16)],
+                         ids=["no-prefetch", "prefetch", "prefetch-ps16"])
+def test_gpu_launch_variants(cache_kind, heads, block_m, block_n, warps, stages, prefetch, page_size):
+    """The launch configs the probes time, at DeepSeek shapes, against the float32 reference (page size 16 is
+    below block_n: there the table prefetch is a no-op, the per-key table loads run)."""
+    pb, q = batch([1000, 0, 63, 4000, 129, 700], [1, 1, 1, 2, 1, 1], heads=heads, head_size=576,
+                  page_size=page_size, dtype=torch.bfloat16, seed=103, device="cuda")
     if cache_kind == "bf16":
         kv = pb.kv
     elif cache_kind == "fp8-G128":
         kv = pm.quantize_kv_cache(pb.kv, 128)
     else:
         kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64)
-    cfg = DecodeConfig(block_m=block_m, block_n=block_n, num_warps=warps, num_stages=stages)
+    cfg = DecodeConfig(block_m=block_m, block_n=block_n, num_warps=warps, num_stages=stages,
+                       prefetch_table=prefetch)
     got, lse = run_launcher(pb, kv, q, cfg, parts=7, rope=64)
     q32 = q.float()
     if cache_kind == "bf16":

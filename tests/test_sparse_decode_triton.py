@@ -392,7 +392,7 @@ def test_sparse_decode_v32_shapes_gpu(heads, kv_kind, q_kind, opts):
     _v32_case(heads, kv_kind, q_kind, **opts)
 
 
-@pytest.mark.parametrize("prefetch", [False, True], ids=["", "prefetch"])
+@pytest.mark.parametrize("prefetch", [False, True], ids=["no-prefetch", "prefetch"])
 @pytest.mark.parametrize("block_m", [16, 64], ids=["bm16", "bm64"])
 def test_forced_configs_and_splits(block_m, prefetch):
     """Explicit launch configs (tile rows, a split of every index row across 1-3 programs) give the reference's

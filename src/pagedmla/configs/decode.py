@@ -75,7 +75,7 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     """Tiles for one decode call (measured on an H200, see benchmarks/decode_probe.py).
 
     Every tile takes 8 warps: a 64-row tile needs two warpgroups for its `[64, kv_lora_rank]` float32
-    accumulator at kv_lora_rank 512. 16- and 32-row tiles stream 64-key blocks two at a time (5 stages, one
+    accumulator at kv_lora_rank 512. bf16/fp16: 16- and 32-row tiles stream 64-key blocks two at a time (5 stages, one
     program per SM). A 64-row tile cannot hold three 64-key buffers next to its q tile, and its key loads are
     not overlapped at 2 stages; at batch 64 and more, 64-key blocks still beat 32-key blocks with overlap,
     because the warpgroup MMAs of the logits get twice as wide; small batches (few, long pieces per program)
@@ -87,12 +87,13 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     as it is (the copies pipeline), converted in registers (`pagedmla.kernels.fp8._e4m3_to_bf16`) and stored
     back as bf16 for the MMAs, with the table entries loaded a block ahead. Measured on the H200 with the
     rope-aware row (one scale per row): 16-row tiles take 64-key blocks at 3 stages, 64-row tiles 64-key
-    blocks at 2 stages. `tile_scales` (scales applied
-    inside the latent tile: a granularity finer than the latent) needs room for the scale tiles: 2 stages at
-    16 rows, 32-key blocks at 64 rows (shared memory checked with ptxas for sm_90a).
+    blocks at 2 stages. `tile_scales` (scales applied inside the latent tile: a granularity finer than the
+    latent) needs room for the scale tiles: 2 stages at 16 rows, 32-key blocks at 2 stages at 64 rows. 32-row
+    tiles, and 16-row tiles with an FP8 q, take 2 stages (3 do not fit, or barely, with an FP8 q).
 
-    Every config here fits the H200's 227 KiB of shared memory per block for DeepSeek's 576/512 dims
-    (`scripts/compile_sm90.py` reports a kernel's shared memory and spills without a GPU).
+    Every config here fits the H200's 227 KiB of shared memory per block for DeepSeek's 576/512 dims, with
+    bf16 or FP8 q and every scale mode (checked with `scripts/compile_sm90.py`, which reports a kernel's shared
+    memory and spills without a GPU).
     """
     block_m = block_m_for(num_heads, max_q)
     if interpret:
@@ -101,11 +102,11 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
         if compute_dtype == torch.float32:
             return DecodeConfig(block_m=16, block_n=32, num_warps=8, num_stages=2)
         if block_m >= 64:
-            if tile_scales:
-                return DecodeConfig(block_m=block_m, block_n=32, num_warps=8, num_stages=3, prefetch_table=True)
-            return DecodeConfig(block_m=block_m, block_n=64, num_warps=8, num_stages=2, prefetch_table=True)
-        return DecodeConfig(block_m=block_m, block_n=64, num_warps=8, num_stages=2 if tile_scales else 3,
-                            prefetch_table=True)
+            return DecodeConfig(block_m=block_m, block_n=32 if tile_scales else 64, num_warps=8, num_stages=2,
+                                prefetch_table=True)
+        # an FP8 q's tiles take shared memory too: 3 stages would leave 512 bytes of the 227 KiB
+        stages = 3 if block_m <= 16 and not tile_scales and q_dtype != torch.float8_e4m3fn else 2
+        return DecodeConfig(block_m=block_m, block_n=64, num_warps=8, num_stages=stages, prefetch_table=True)
     if torch.float32 in (q_dtype, cache_dtype) or q_dtype != cache_dtype:
         return DecodeConfig(block_m=16, block_n=32, num_warps=8, num_stages=2)
     if block_m >= 64:

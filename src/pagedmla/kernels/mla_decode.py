@@ -321,7 +321,8 @@ def _mla_decode_kernel(
                         page_block = next_page_block
                         next_page_block = _page_block(lookup_row, k0 + BLOCK_N, key_hi, page_size, BLOCK_IN_PAGE)
                     else:
-                        page_block = _page_block(lookup_row, k0, key_hi, page_size, BLOCK_IN_PAGE)
+                        # k0 < key_hi <= N_b: a used page (unmasked: the load the bf16 configs were measured with)
+                        page_block = tl.load(lookup_row + k0 // page_size) if BLOCK_IN_PAGE else 0
                     acc, m_i, l_i = _attend_block(
                         acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi, blocks_ptr,
                         scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
@@ -335,6 +336,7 @@ def _mla_decode_kernel(
                         page_block = next_page_block
                         next_page_block = _page_block(lookup_row, k0 + BLOCK_N, key_hi, page_size, BLOCK_IN_PAGE)
                     else:
+                        # k0 < key_hi <= N_b: a used page (unmasked: the load the bf16 configs were measured with)
                         page_block = tl.load(lookup_row + k0 // page_size) if BLOCK_IN_PAGE else 0
                     acc, m_i, l_i = _attend_block(
                         acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi, blocks_ptr,

@@ -90,7 +90,7 @@ def _load_or_zero(ptrs, mask):
 @triton.jit
 def _attend_block(
     acc, m_i, l_i, start, rope_block, q_nope, q_rope, q_abs,
-    k_ptr, v_ptr, blocks_ptr, scales_ptr, lookup_row_ptr, key_row0, key_pos0, num_valid, num_keys,
+    k_ptr, v_ptr, blocks_ptr, scales_ptr, key_row0, key_pos0, num_valid, num_keys,
     layer_idx, window, qk_scale, rope_start,
     stride_k_r, stride_v_r, stride_blk_b, stride_blk_l, stride_blk_s, stride_sc_b, stride_sc_l, stride_sc_s,
     D_NOPE: tl.constexpr, D_ROPE: tl.constexpr, D_V: tl.constexpr,
@@ -181,8 +181,8 @@ def _attend_range(
             block = next_block
             next_block = _rope_blocks(lookup_row_ptr, key_pos0, start + BLOCK_N, num_valid, PAGE_SIZE, BLOCK_N)
             acc, m_i, l_i = _attend_block(
-                acc, m_i, l_i, start, block, q_nope, q_rope, q_abs, k_ptr, v_ptr, blocks_ptr, scales_ptr, lookup_row_ptr,
-                key_row0, key_pos0, num_valid, num_keys, layer_idx, window, qk_scale, rope_start,
+                acc, m_i, l_i, start, block, q_nope, q_rope, q_abs, k_ptr, v_ptr, blocks_ptr, scales_ptr, key_row0,
+                key_pos0, num_valid, num_keys, layer_idx, window, qk_scale, rope_start,
                 stride_k_r, stride_v_r, stride_blk_b, stride_blk_l, stride_blk_s, stride_sc_b, stride_sc_l,
                 stride_sc_s, D_NOPE, D_ROPE, D_V, BLOCK_DN, BLOCK_DR, BLOCK_DV, BLOCK_N, MASK, MASKED,
                 PAGE_SIZE, GROUP, SCALED, INTERPRET)
@@ -192,8 +192,8 @@ def _attend_range(
             block = next_block
             next_block = _rope_blocks(lookup_row_ptr, key_pos0, start + BLOCK_N, num_valid, PAGE_SIZE, BLOCK_N)
             acc, m_i, l_i = _attend_block(
-                acc, m_i, l_i, start, block, q_nope, q_rope, q_abs, k_ptr, v_ptr, blocks_ptr, scales_ptr, lookup_row_ptr,
-                key_row0, key_pos0, num_valid, num_keys, layer_idx, window, qk_scale, rope_start,
+                acc, m_i, l_i, start, block, q_nope, q_rope, q_abs, k_ptr, v_ptr, blocks_ptr, scales_ptr, key_row0,
+                key_pos0, num_valid, num_keys, layer_idx, window, qk_scale, rope_start,
                 stride_k_r, stride_v_r, stride_blk_b, stride_blk_l, stride_blk_s, stride_sc_b, stride_sc_l,
                 stride_sc_s, D_NOPE, D_ROPE, D_V, BLOCK_DN, BLOCK_DR, BLOCK_DV, BLOCK_N, MASK, MASKED,
                 PAGE_SIZE, GROUP, SCALED, INTERPRET)
