@@ -103,7 +103,7 @@ def decode_fp8_heuristic(heads: int, max_q: int, granularity: int, fp8_q: bool):
     import torch
 
     from pagedmla.configs.decode import block_m_for, heuristic
-    from pagedmla.ops._triton_sparse_decode import _tile_mode
+    from pagedmla.ops._fp8_tiles import _tile_mode
     if granularity:
         lat, rope = _tile_mode(0, 512, granularity), _tile_mode(512, 64, granularity)
     else:

@@ -5,6 +5,8 @@ fast exact e4m3 -> bf16 conversion)."""
 import triton
 import triton.language as tl
 
+from .common import dot
+
 
 @triton.jit
 def _cast(x, DTYPE: tl.constexpr, INTERPRET: tl.constexpr):
@@ -87,3 +89,21 @@ def _dequant(x, s, W: tl.constexpr, MODE: tl.constexpr, NG: tl.constexpr, GS: tl
         return _cast(_to_compute(x, CD, INTERPRET).to(tl.float32) * s, CD, INTERPRET)
     else:
         return _to_compute(x, CD, INTERPRET)
+
+
+@triton.jit
+def _softmax_update(acc, m_i, l_i, s, v, s_v, V_ROW_SCALED: tl.constexpr, CD: tl.constexpr,
+                    INTERPRET: tl.constexpr, IEEE: tl.constexpr):
+    """One online-softmax step of the decode kernels: logits `s` (base 2, masked keys at -inf) against the
+    running (acc, m_i, l_i), then `acc += P @ v` with P in the compute dtype CD. V_ROW_SCALED: `v` holds raw
+    values whose per-row scale `s_v` moves onto P's columns (the scale mode 1 of `_dequant`)."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    # rows that have seen no key yet keep m = -inf; shift them by 0 so exp2 gives 0, not NaN
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if V_ROW_SCALED:
+        p = p * s_v[None, :]
+    acc = dot(_cast(p, CD, INTERPRET), v, acc * alpha[:, None], INTERPRET, IEEE)
+    return acc, m_new, l_i

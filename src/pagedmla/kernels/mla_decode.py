@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from .common import dot, visible_range
-from .fp8 import _cast, _dequant, _load_scales
+from .fp8 import _dequant, _load_scales, _softmax_update
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -200,15 +200,7 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
             s = s * qs[:, None]
         vis = (offs_n[None, :] >= vis_lo[:, None]) & (offs_n[None, :] < vis_hi[:, None])
         s = tl.where(vis, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if LAT_MODE == 1:
-            # V's per-row scale moves onto P's columns
-            p = p * s_lat[None, :]
-        acc = dot(_cast(p, CD, INTERPRET), k_nope, acc * alpha[:, None], INTERPRET, IEEE)
+        acc, m_new, l_i = _softmax_update(acc, m_i, l_i, s, k_nope, s_lat, LAT_MODE == 1, CD, INTERPRET, IEEE)
     else:
         k_rope = tl.load(blocks_ptr + row[:, None] + KV_LORA_RANK + tl.arange(0, ROPE_DIM)[None, :],
                          mask=k_ok[:, None], other=0.0)

@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from .common import dot, ragged_search
-from .fp8 import _cast, _dequant, _load_scales
+from .fp8 import _cast, _dequant, _load_scales, _softmax_update
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -98,17 +98,7 @@ def _attend_block(
         s = dot(q_rope, tl.trans(k_rope), dot(q_lat, tl.trans(k_lat), zero, INTERPRET, IEEE), INTERPRET, IEEE)
         s = s * qs_lat[:, None]
     s = tl.where(ok[None, :], s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    # rows that have seen no key yet keep m = -inf; shift them by 0 so exp2 gives 0, not NaN
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(m_i - m_safe)
-    p = tl.exp2(s - m_safe[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    if LAT_MODE == 1:
-        # V's per-row scale moves onto P's columns
-        p = p * s_lat[None, :]
-    acc = dot(_cast(p, CD, INTERPRET), k_lat, acc * alpha[:, None], INTERPRET, IEEE)
-    return acc, m_new, l_i
+    return _softmax_update(acc, m_i, l_i, s, k_lat, s_lat, LAT_MODE == 1, CD, INTERPRET, IEEE)
 
 
 @triton.jit

@@ -31,7 +31,7 @@ from ..kernels.mla_decode import (
     _mla_decode_plan_kernel,
 )
 from ._dispatch import interpreter_enabled
-from ._triton_sparse_decode import _TL_DTYPES, _tile_mode, compute_dtype
+from ._fp8_tiles import _TL_DTYPES, _tile_mode, compute_dtype
 from .decode import DecodePlan
 
 # logits are scaled by scale * log2(e) so the kernels use exp2
