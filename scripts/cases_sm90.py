@@ -141,3 +141,15 @@ def decode_bf16_heuristic(heads: int, max_q: int, batch: int):
 
 CASES.update({f"heuristic-bf16-h{h}-q{q}-b{b}": partial(decode_bf16_heuristic, h, q, b)
               for h, q, b in ((16, 1, 64), (16, 2, 64), (128, 1, 64), (128, 1, 1))})
+
+
+def prefill_heuristic_case(fp8_cache: bool, rows_per_sequence: float):
+    """The prefill attention with the config the heuristic picks (rope columns from a bf16 or FP8 cache)."""
+    from pagedmla.configs.prefill import prefill_heuristic
+    cfg = prefill_heuristic(fp8_cache=fp8_cache, rows_per_sequence=rows_per_sequence)
+    make = prefill_fp8 if fp8_cache else prefill
+    return make(cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages)
+
+
+CASES.update({f"heuristic-prefill-{'fp8' if f else 'bf16'}-rows{r}": partial(prefill_heuristic_case, f, r)
+              for f in (False, True) for r in (1024, 8192)})
