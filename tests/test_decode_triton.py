@@ -627,7 +627,8 @@ def run_launcher(pb, kv, q, cfg, *, parts=2, rope=ROPE, mask="causal", window=-1
 @pytest.mark.parametrize("prefetch", [False, True], ids=["no-prefetch", "prefetch"])
 def test_launch_variants(cache_kind, block_m, parts, prefetch):
     """Explicit launch configs on float32 and FP8 caches, with and without the table entries loaded a block
-    ahead (page size 16 = block_n: the prefetch is active): the same answers as the reference."""
+    ahead (page size 16 = block_n: the prefetch is active; a window of 33 keys makes workers cross blocks):
+    the same answers as the reference."""
     pb, q = batch([7, 0, 23, 40], [2, 1, 3, 1], page_size=16, seed=101)
     if cache_kind == "fp32":
         kv = pb.kv
@@ -636,9 +637,9 @@ def test_launch_variants(cache_kind, block_m, parts, prefetch):
     else:
         kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=ROPE)
     cfg = DecodeConfig(block_m=block_m, block_n=16, num_warps=1, num_stages=1, prefetch_table=prefetch)
-    got, lse = run_launcher(pb, kv, q, cfg, parts=parts, mask="sliding_window_causal", window=9)
-    want = (reference(pb, q, "sliding_window_causal", 9) if cache_kind == "fp32"
-            else fp8_reference(pb, kv, q, mask="sliding_window_causal", window=9))
+    got, lse = run_launcher(pb, kv, q, cfg, parts=parts, mask="sliding_window_causal", window=33)
+    want = (reference(pb, q, "sliding_window_causal", 33) if cache_kind == "fp32"
+            else fp8_reference(pb, kv, q, mask="sliding_window_causal", window=33))
     check_fp32(got, lse, *want)
 
 
