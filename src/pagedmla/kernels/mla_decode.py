@@ -130,6 +130,18 @@ def _page_block(lookup_row_ptr, k0, key_hi, page_size, BLOCK_IN_PAGE: tl.constex
 
 
 @triton.jit
+def _table_entries(lookup_row_ptr, k0, key_hi, page_size, next_page_block, BLOCK_N: tl.constexpr,
+                   BLOCK_IN_PAGE: tl.constexpr, PREFETCH_TABLE: tl.constexpr):
+    """(the table entry of the block at k0, the one to carry to the next block). PREFETCH_TABLE: the carried
+    entry, and the next block's loaded now; else loaded here, unmasked (k0 < key_hi <= N_b: a used page; the
+    load the bf16 configs were measured with), and the carried value passes through."""
+    if PREFETCH_TABLE:
+        return next_page_block, _page_block(lookup_row_ptr, k0 + BLOCK_N, key_hi, page_size, BLOCK_IN_PAGE)
+    else:
+        return (tl.load(lookup_row_ptr + k0 // page_size) if BLOCK_IN_PAGE else 0), next_page_block
+
+
+@triton.jit
 def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi,
                   blocks_ptr, scales_ptr, rope_ptr, lookup_row_ptr, layer_offset, s_layer_offset, r_layer_offset,
                   page_size, stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
@@ -303,18 +315,13 @@ def _mla_decode_kernel(
             acc = tl.zeros([BLOCK_M, KV_LORA_RANK], dtype=tl.float32)
             m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
             l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-            if PREFETCH_TABLE:
-                next_page_block = _page_block(lookup_row, key_lo, key_hi, page_size, BLOCK_IN_PAGE)
+            next_page_block = _page_block(lookup_row, key_lo, key_hi, page_size, BLOCK_IN_PAGE and PREFETCH_TABLE)
             if INTERPRET:
                 # the interpreter takes no runtime bounds in range()
                 k0 = key_lo
                 while k0 < key_hi:
-                    if PREFETCH_TABLE:
-                        page_block = next_page_block
-                        next_page_block = _page_block(lookup_row, k0 + BLOCK_N, key_hi, page_size, BLOCK_IN_PAGE)
-                    else:
-                        # k0 < key_hi <= N_b: a used page (unmasked: the load the bf16 configs were measured with)
-                        page_block = tl.load(lookup_row + k0 // page_size) if BLOCK_IN_PAGE else 0
+                    page_block, next_page_block = _table_entries(lookup_row, k0, key_hi, page_size, next_page_block,
+                                                                 BLOCK_N, BLOCK_IN_PAGE, PREFETCH_TABLE)
                     acc, m_i, l_i = _attend_block(
                         acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi, blocks_ptr,
                         scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
@@ -324,12 +331,8 @@ def _mla_decode_kernel(
                     k0 += BLOCK_N
             else:
                 for k0 in range(key_lo, key_hi, BLOCK_N):
-                    if PREFETCH_TABLE:
-                        page_block = next_page_block
-                        next_page_block = _page_block(lookup_row, k0 + BLOCK_N, key_hi, page_size, BLOCK_IN_PAGE)
-                    else:
-                        # k0 < key_hi <= N_b: a used page (unmasked: the load the bf16 configs were measured with)
-                        page_block = tl.load(lookup_row + k0 // page_size) if BLOCK_IN_PAGE else 0
+                    page_block, next_page_block = _table_entries(lookup_row, k0, key_hi, page_size, next_page_block,
+                                                                 BLOCK_N, BLOCK_IN_PAGE, PREFETCH_TABLE)
                     acc, m_i, l_i = _attend_block(
                         acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi, blocks_ptr,
                         scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
