@@ -49,6 +49,16 @@ def _load_indices(idx_row, stride_idx_k, c0, count, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def _block_indices(idx_row, stride_idx_k, j, count, next_ids, BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr):
+    """(block j's indices, the ones to carry to block j + 1): with PREFETCH the carried ones, and block j + 1's
+    loaded now; else loaded here, and the carried value passes through."""
+    if PREFETCH:
+        return next_ids, _load_indices(idx_row, stride_idx_k, (j + 1) * BLOCK_N, count, BLOCK_N)
+    else:
+        return _load_indices(idx_row, stride_idx_k, j * BLOCK_N, count, BLOCK_N), next_ids
+
+
+@triton.jit
 def _gather(ids, blocks_ptr, rope_ptr, scales_ptr, layer_idx, page_size, pool_rows,
             stride_b_b, stride_b_l, stride_b_s, stride_r_b, stride_r_l, stride_r_s, stride_s_b, stride_s_l,
             stride_s_s, KV_LORA_RANK: tl.constexpr, ROPE_DIM: tl.constexpr, ROPE_OFF: tl.constexpr,
@@ -139,17 +149,12 @@ def _attend_stream(
     same iteration and the compiler issues them a stage earlier (measured on H200: 16-row tiles gain a third,
     64-row tiles lose: the extra buffers spill)."""
     count = tl.minimum(count, hi * BLOCK_N)
-    if PREFETCH:
-        next_ids = _load_indices(idx_row, stride_idx_k, lo * BLOCK_N, count, BLOCK_N)
+    next_ids = _load_indices(idx_row, stride_idx_k, lo * BLOCK_N, count if PREFETCH else 0, BLOCK_N)
     if INTERPRET:
         # the interpreter takes no runtime bounds in range()
         j = lo
         while j < hi:
-            if PREFETCH:
-                ids = next_ids
-                next_ids = _load_indices(idx_row, stride_idx_k, (j + 1) * BLOCK_N, count, BLOCK_N)
-            else:
-                ids = _load_indices(idx_row, stride_idx_k, j * BLOCK_N, count, BLOCK_N)
+            ids, next_ids = _block_indices(idx_row, stride_idx_k, j, count, next_ids, BLOCK_N, PREFETCH)
             acc, m_i, l_i = _gather_attend(
                 acc, m_i, l_i, q_lat, q_rope, qs_lat, qs_rope, ids, blocks_ptr,
                 rope_ptr, scales_ptr, layer_idx, page_size, pool_rows, stride_b_b, stride_b_l, stride_b_s,
@@ -159,11 +164,7 @@ def _attend_stream(
             j += 1
     else:
         for j in range(lo, hi):
-            if PREFETCH:
-                ids = next_ids
-                next_ids = _load_indices(idx_row, stride_idx_k, (j + 1) * BLOCK_N, count, BLOCK_N)
-            else:
-                ids = _load_indices(idx_row, stride_idx_k, j * BLOCK_N, count, BLOCK_N)
+            ids, next_ids = _block_indices(idx_row, stride_idx_k, j, count, next_ids, BLOCK_N, PREFETCH)
             acc, m_i, l_i = _gather_attend(
                 acc, m_i, l_i, q_lat, q_rope, qs_lat, qs_rope, ids, blocks_ptr,
                 rope_ptr, scales_ptr, layer_idx, page_size, pool_rows, stride_b_b, stride_b_l, stride_b_s,
