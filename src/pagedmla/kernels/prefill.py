@@ -267,24 +267,15 @@ def _mla_prefill_kernel(
     m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), dtype=tl.float32)
-    acc, m_i, l_i = _attend_range(
-        acc, m_i, l_i, lo, a, q_nope, q_rope, q_abs, k_head, v_head, blocks_ptr, scales_ptr, lookup_row,
-        key_row0, key_pos0, num_valid, num_keys, layer_idx, window, qk_scale, rope_start,
-        stride_k_r, stride_v_r, stride_blk_b, stride_blk_l, stride_blk_s, stride_sc_b, stride_sc_l,
-        stride_sc_s, D_NOPE, D_ROPE, D_V, BLOCK_DN, BLOCK_DR, BLOCK_DV, BLOCK_N, MASK, True, PAGE_SIZE,
-        GROUP, SCALED, INTERPRET)
-    acc, m_i, l_i = _attend_range(
-        acc, m_i, l_i, a, z, q_nope, q_rope, q_abs, k_head, v_head, blocks_ptr, scales_ptr, lookup_row,
-        key_row0, key_pos0, num_valid, num_keys, layer_idx, window, qk_scale, rope_start,
-        stride_k_r, stride_v_r, stride_blk_b, stride_blk_l, stride_blk_s, stride_sc_b, stride_sc_l,
-        stride_sc_s, D_NOPE, D_ROPE, D_V, BLOCK_DN, BLOCK_DR, BLOCK_DV, BLOCK_N, MASK, False, PAGE_SIZE,
-        GROUP, SCALED, INTERPRET)
-    acc, m_i, l_i = _attend_range(
-        acc, m_i, l_i, z, hi, q_nope, q_rope, q_abs, k_head, v_head, blocks_ptr, scales_ptr, lookup_row,
-        key_row0, key_pos0, num_valid, num_keys, layer_idx, window, qk_scale, rope_start,
-        stride_k_r, stride_v_r, stride_blk_b, stride_blk_l, stride_blk_s, stride_sc_b, stride_sc_l,
-        stride_sc_s, D_NOPE, D_ROPE, D_V, BLOCK_DN, BLOCK_DR, BLOCK_DV, BLOCK_N, MASK, True, PAGE_SIZE,
-        GROUP, SCALED, INTERPRET)
+    # the masked blocks [lo, a), the fully visible ones [a, z), the masked ones [z, hi)
+    for part in tl.static_range(3):
+        acc, m_i, l_i = _attend_range(
+            acc, m_i, l_i, lo if part == 0 else (a if part == 1 else z), a if part == 0 else (z if part == 1 else hi),
+            q_nope, q_rope, q_abs, k_head, v_head, blocks_ptr, scales_ptr, lookup_row,
+            key_row0, key_pos0, num_valid, num_keys, layer_idx, window, qk_scale, rope_start,
+            stride_k_r, stride_v_r, stride_blk_b, stride_blk_l, stride_blk_s, stride_sc_b, stride_sc_l,
+            stride_sc_s, D_NOPE, D_ROPE, D_V, BLOCK_DN, BLOCK_DR, BLOCK_DV, BLOCK_N, MASK, part != 1, PAGE_SIZE,
+            GROUP, SCALED, INTERPRET)
 
     has_key = l_i > 0.0
     l_safe = tl.where(has_key, l_i, 1.0)
