@@ -25,7 +25,7 @@ import triton.language as tl
 from triton.errors import TritonError
 
 import pagedmla as pm
-from pagedmla.configs.decode import DecodeConfig, heuristic, search_space
+from pagedmla.configs.decode import CombineConfig, DecodeConfig, heuristic, search_space
 from pagedmla.ops import _triton_decode
 
 PAGE = 64
@@ -138,13 +138,13 @@ class Case:
         return pm.mla_decode_plan(self.offsets, kv, num_heads=self.heads, num_partitions=num_partitions,
                                   backend="triton")
 
-    def run(self, plan, config: DecodeConfig | None):
+    def run(self, plan, config: DecodeConfig | None, combine: CombineConfig | None = None):
         def fn():
             for kv, q, out, lse in self.items:
                 _triton_decode.launch_decode(q, self.offsets, kv.blocks, kv.cache_lengths, kv.lookup_table, 0,
                                              0.1352, 1, 0, out, lse, plan.schedule, max_seq_length=self.q_len,
                                              qk_rope_head_dim=64, config=config, scales=kv.scales,
-                                             rope_aware=self.fp8)
+                                             rope_aware=self.fp8, combine_config=combine)
         return fn
 
     def check(self, plan, config) -> float:
@@ -175,9 +175,23 @@ def configs_for(case: Case, extra: list[DecodeConfig] | None = None) -> list[Dec
 
 
 def parse_config(text: str) -> DecodeConfig:
-    """`block_m,block_n,warps,stages`."""
-    m, n, w, st = (int(x) for x in text.split(","))
-    return DecodeConfig(block_m=m, block_n=n, num_warps=w, num_stages=st)
+    """`block_m,block_n,warps,stages[,prefetch]`: `prefetch` loads the table entries a block ahead."""
+    parts = text.split(",")
+    m, n, w, st = (int(x) for x in parts[:4])
+    return DecodeConfig(block_m=m, block_n=n, num_warps=w, num_stages=st, prefetch_table="prefetch" in parts[4:])
+
+
+def kernel_times(fn, calls: int = 20) -> dict[str, float]:
+    """Mean device microseconds per call of each kernel `fn` launches (torch.profiler, CUPTI)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    return {e.key: e.device_time_total / calls for e in prof.key_averages() if e.device_time_total > 0}
 
 
 def kernel_report() -> None:
@@ -202,6 +216,10 @@ def main() -> None:
     parser.add_argument("--config", action="append", default=[],
                         help="with --sweep: time these configs (see parse_config) instead of the search space")
     parser.add_argument("--workers", default="", help="with --sweep: comma-separated worker counts to add")
+    parser.add_argument("--combine", action="append", default=[],
+                        help="with --profile: also profile these combine configs `block_p,block_r,block_dv,warps`")
+    parser.add_argument("--profile", action="store_true",
+                        help="also print each kernel's device time per call (default config and plan)")
     args = parser.parse_args()
     props = torch.cuda.get_device_properties(0)
     sms = props.multi_processor_count
@@ -246,12 +264,23 @@ def main() -> None:
                        "copy_frac": case.bytes / sec / copy_bw, "mm_frac": case.flops / sec / mm_rate,
                        "default": (cfg is None or cfg == cfgs[0]) and plan is default_plan}
                 results.append(row)
-                tag = "default" if cfg is None else (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages)
+                tag = "default" if cfg is None else (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages,
+                                                     cfg.prefetch_table)
                 print(f"  B{batch} N{keys} H{heads} q{q_len}{' fp8' if fp8 else ''} W{w} {tag}: "
                       f"{row['us']:.1f} us  {row['tbps']:.2f} TB/s  {row['tflops']:.0f} TFLOP/s  err {err:.2e}",
                       flush=True)
                 if best is None or row["us"] < best["us"]:
                     best = row
+        if args.profile:
+            for name, us in kernel_times(case.run(default_plan, None)).items():
+                print(f"  profile B{batch} N{keys} H{heads} q{q_len}{' fp8' if fp8 else ''}: {name[:60]} "
+                      f"{us / case.copies:.1f} us per call", flush=True)
+            for text in args.combine:
+                cc = CombineConfig(*(int(x) for x in text.split(",")))
+                times = kernel_times(case.run(default_plan, None, cc))
+                us = sum(v for k, v in times.items() if "combine" in k) / case.copies
+                print(f"  profile B{batch} N{keys} H{heads} q{q_len}: combine {text}: {us:.1f} us per call",
+                      flush=True)
         refresh = functools.partial(_triton_decode.refresh_plan, default_plan, case.offsets, case.items[0][0])
         if best is not None:
             best["plan_us"] = _time_graph(refresh) * 1e3

@@ -153,3 +153,13 @@ def prefill_heuristic_case(fp8_cache: bool, rows_per_sequence: float):
 
 CASES.update({f"heuristic-prefill-{'fp8' if f else 'bf16'}-rows{r}": partial(prefill_heuristic_case, f, r)
               for f in (False, True) for r in (1024, 8192)})
+
+
+def decode_spec(name: str):
+    """Any dense decode config by name: `decode-{bf16|fp8}-m<M>-n<N>-w<W>-s<S>[-prefetch]`, or None."""
+    import re
+    hit = re.fullmatch(r"decode-(bf16|fp8)-m(\d+)-n(\d+)-w(\d+)-s(\d+)(-prefetch)?", name)
+    if not hit:
+        return None
+    kind, m, n, w, s, prefetch = hit.groups()
+    return partial(decode, kind == "fp8", int(m), int(n), int(w), int(s), bool(prefetch))

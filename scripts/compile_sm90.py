@@ -84,14 +84,16 @@ def report(kernel, show: str = "") -> None:
 
 def main(argv=None):
     parser = argparse.ArgumentParser()
-    parser.add_argument("case", help="a case name, or a prefix ending in '*' (every case it starts)")
+    parser.add_argument("case", help="case names, comma-separated (`decode-<bf16|fp8>-m<M>-n<N>-w<W>-s<S>"
+                        "[-prefetch]`: any dense decode config), or a prefix ending in '*' (every case it starts)")
     parser.add_argument("--show", default="", help="regex of TTGIR lines to print")
     parser.add_argument("--dump", default="", help="write ttgir/ptx to this prefix")
     parser.add_argument("--max-shared", type=int, default=0,
                         help="exit 1 when a case needs more shared memory than this (bytes; the H200: 232448)")
     args = parser.parse_args(argv)
-    from cases_sm90 import CASES  # beside this script (on sys.path when run)
-    names = [n for n in CASES if n.startswith(args.case[:-1])] if args.case.endswith("*") else [args.case]
+    from cases_sm90 import CASES, decode_spec  # beside this script (on sys.path when run)
+    names = [n for n in CASES if n.startswith(args.case[:-1])] if args.case.endswith("*") else args.case.split(",")
+    CASES.update({n: decode_spec(n) for n in names if n not in CASES and decode_spec(n)})
     over = []
     for name in names:
         fn, types, constexprs, warps, stages = CASES[name]()
