@@ -16,7 +16,7 @@ import torch
 
 import pagedmla as pm
 from pagedmla.cache import KVCacheParams, PagedKVCacheCollection
-from pagedmla.configs.decode import DecodeConfig
+from pagedmla.configs.decode import CombineConfig, DecodeConfig, combine_heuristic
 from pagedmla.masks import visible
 from pagedmla.ops import _triton_decode
 from pagedmla.ops._dispatch import interpreter_enabled
@@ -605,7 +605,7 @@ def test_gpu_fp8_rope_aware_deepseek_shapes(fp8_features, heads, cache, new, q_k
     check_fp8_lowprec(got, lse, want, want_lse, low, low_lse)
 
 
-def run_launcher(pb, kv, q, cfg, *, parts=2, rope=ROPE, mask="causal", window=-1):
+def run_launcher(pb, kv, q, cfg, *, parts=2, rope=ROPE, mask="causal", window=-1, combine=None):
     """`launch_decode` with an explicit launch config (what the heuristic would not pick for these shapes)."""
     rope_aware = kv.params.per_token_scale_rope_aware
     latent = kv.params.head_size - (2 if rope_aware else 1) * rope
@@ -617,8 +617,31 @@ def run_launcher(pb, kv, q, cfg, *, parts=2, rope=ROPE, mask="causal", window=-1
                                  pm.MASKS[mask], window, out, lse, plan.schedule,
                                  max_seq_length=int(pb.input_row_offsets.diff().max()), qk_rope_head_dim=rope,
                                  scales=kv.scales, quant_granularity=kv.params.quantization_granularity or 0,
-                                 rope_aware=rope_aware, config=cfg)
+                                 rope_aware=rope_aware, config=cfg, combine_config=combine)
     return out, lse
+
+
+@cpu_tier
+@pytest.mark.parametrize("combine", [CombineConfig(2, 4, 32, 1), CombineConfig(1, 16, 16, 1),
+                                     CombineConfig(8, 1, 32, 1), CombineConfig(4, 2, 16, 2)],
+                         ids=["p2-r4", "p1-r16", "p8-r1", "p4-r2"])
+@pytest.mark.parametrize("parts", [3, 11])
+def test_combine_tiles(combine, parts):
+    """The combine's tiles (pieces per step, rows, columns) merge split sequences the same way: sequences
+    split into up to `parts` pieces, an empty sequence, rows past a tile's end (6 rows of 4 heads)."""
+    pb, q = batch([40, 0, 23, 60], [2, 1, 1, 1], page_size=16, seed=103)
+    cfg = DecodeConfig(block_m=16, block_n=16, num_warps=1, num_stages=1)
+    got, lse = run_launcher(pb, pb.kv, q, cfg, parts=parts, combine=combine)
+    check_fp32(got, lse, *reference(pb, q))
+
+
+def test_combine_heuristic_tiles():
+    """Few pieces per sequence: 2 pieces per step over whole rows; many (B = 1): up to 64 pieces per step."""
+    few = combine_heuristic(num_workers=128, batch=64, kv_lora_rank=512)
+    assert (few.block_p, few.block_r, few.block_dv) == (2, 4, 512)
+    many = combine_heuristic(num_workers=132, batch=1, kv_lora_rank=512)
+    assert many.block_p == 64 and many.block_p * many.block_r * many.block_dv <= 4096
+    assert combine_heuristic(num_workers=6, batch=1, kv_lora_rank=256).block_dv == 256
 
 
 @cpu_tier

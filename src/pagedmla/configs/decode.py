@@ -118,11 +118,19 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
 
 def combine_heuristic(*, num_workers: int, batch: int, kv_lora_rank: int,
                       interpret: bool = False) -> CombineConfig:
-    """Combine tiles: many pieces per step when few sequences share many workers (batch 1: up to W pieces of
-    one sequence), about 4K float32 values per step, and enough programs to spread the reads."""
+    """Combine tiles from the pieces a split sequence can have (about `W / B + 1` for equal lengths).
+
+    Few pieces (8 or fewer): 2 pieces per step over 4 whole rows. On the H200 (BENCHMARKS.md, "combine") the
+    older rule's 4 to 16 pieces per step of 128 columns took 13 us at 16 heads B = 64 and 25 us at 128 heads
+    B = 16; this tile takes 2.9 and 5.5 us. Many pieces (B = 1 over all SMs): up to 64 pieces per step, so that
+    the loads of many pieces are in flight at once (a step is one load round trip: at 4 to 8 pieces per step,
+    B = 1 took 29 to 54 us against 3.5 us)."""
     if interpret:
         return CombineConfig(block_p=2, block_r=4, block_dv=min(32, kv_lora_rank), num_warps=1)
-    block_p = min(64, max(4, _pow2_at_least(-(-2 * num_workers // max(1, batch)))))
+    pieces = -(-num_workers // max(1, batch)) + 1
+    if pieces <= 8:
+        return CombineConfig(block_p=2, block_r=4, block_dv=min(512, kv_lora_rank), num_warps=4)
+    block_p = min(64, _pow2_at_least(-(-2 * num_workers // max(1, batch))))
     block_dv = min(kv_lora_rank, 64 if block_p >= 32 else 128)
     block_r = max(1, 4096 // (block_p * block_dv))
     return CombineConfig(block_p=block_p, block_r=block_r, block_dv=block_dv, num_warps=4)
