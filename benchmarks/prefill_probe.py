@@ -51,7 +51,8 @@ def prefill_cases(sweep: bool):
 
     configs = [PrefillConfig()]
     if sweep:
-        configs += [PrefillConfig(128, 64, 8, 4), PrefillConfig(128, 64, 8, 3)]
+        configs += [PrefillConfig(heads_inner=True), PrefillConfig(128, 64, 8, 3),
+                    PrefillConfig(128, 64, 8, 3, heads_inner=True)]
     for batch, length, heads in ((1, 8192, 128), (4, 4096, 128), (16, 1024, 128), (2, 4096, 16)):
         gen = torch.Generator().manual_seed(batch * length + heads)
         rows = batch * length

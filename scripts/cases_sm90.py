@@ -75,7 +75,7 @@ def prefill(block_m: int, block_n: int, warps: int, stages: int):
     types.update({"lse_ptr": "*fp32", "scales_ptr": "*fp32"})
     const = dict(D_NOPE=128, D_ROPE=64, D_V=128, BLOCK_DN=128, BLOCK_DR=64, BLOCK_DV=128, BLOCK_M=block_m,
                  BLOCK_N=block_n, MASK=1, PAGE_SIZE=64, GROUP=576, SCALED=False, SEARCH_CHUNKS=1, SEARCH_BLOCK=64,
-                 INTERPRET=False)
+                 INTERPRET=False, HEADS_INNER=True)
     return _mla_prefill_kernel, types, const, warps, stages
 
 
@@ -163,3 +163,33 @@ def decode_spec(name: str):
         return None
     kind, m, n, w, s, prefetch = hit.groups()
     return partial(decode, kind == "fp8", int(m), int(n), int(w), int(s), bool(prefetch))
+
+
+def combine(block_p: int, block_r: int, block_dv: int, warps: int):
+    """The split-KV combine of the dense decode (bf16 out, float32 partials)."""
+    from pagedmla.kernels.mla_decode import _mla_decode_combine_kernel
+    types = {"out_ptr": "*bf16", "lse_ptr": "*fp32", "offsets_ptr": "*i32", "schedule_ptr": "*i32",
+             "sink_ptr": "*fp32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32"}
+    const = dict(BLOCK_R=block_r, BLOCK_DV=block_dv, BLOCK_P=block_p, HAS_SINK=False)
+    return _mla_decode_combine_kernel, types, const, warps, 1
+
+
+CASES.update({f"combine-p{p}-r{r}-dv{d}-w{w}": partial(combine, p, r, d, w)
+              for p, r, d, w in ((4, 8, 128, 4), (2, 8, 128, 4), (2, 4, 512, 4), (1, 16, 128, 4), (64, 1, 64, 4))})
+
+
+def split_dv(block_n: int, warps: int, stages: int, dv_splits: int, q_in_regs: bool):
+    """benchmarks/experiments/split_dv_decode.py: 128 heads, output columns split across programs."""
+    sys_path = __file__.rsplit("/", 2)[0] + "/benchmarks/experiments"
+    import sys
+    sys.path.insert(0, sys_path)
+    from split_dv_decode import _split_dv_kernel
+    types = {"q_ptr": "*bf16", "out_ptr": "*bf16", "blocks_ptr": "*bf16", "lookup_ptr": "*i32"}
+    const = dict(NUM_HEADS=128, KV_LORA_RANK=512, ROPE_DIM=64, BLOCK_M=64, BLOCK_N=block_n, DV_SPLITS=dv_splits,
+                 Q_IN_REGS=q_in_regs)
+    return _split_dv_kernel, types, const, warps, stages
+
+
+CASES.update({f"split-dv-n{n}-w{w}-s{s}-d{d}{'-qreg' if r else ''}": partial(split_dv, n, w, s, d, r)
+              for n, w, s, d, r in ((32, 4, 2, 2, True), (32, 4, 3, 2, True), (64, 4, 2, 2, True),
+                                    (32, 4, 2, 2, False), (64, 8, 2, 1, False))})

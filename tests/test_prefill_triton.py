@@ -202,9 +202,11 @@ def test_prefill_long_sequences(mask, window):
 
 
 @pytest.mark.parametrize("config", [pytest.param(PrefillConfig(32, 16, 1, 1), id="m32-n16"),
-                                    pytest.param(PrefillConfig(16, 32, 1, 1), id="m16-n32")])
+                                    pytest.param(PrefillConfig(16, 32, 1, 1), id="m16-n32"),
+                                    pytest.param(PrefillConfig(16, 16, 1, 1, heads_inner=True), id="heads-inner")])
 def test_prefill_tiles_and_odd_head_sizes(config):
-    """Other tile shapes, and head sizes that are not powers of two (padded tiles: 24 nope, 20 v, 8 rope)."""
+    """Other tile shapes, the 1-D grid that walks heads first, and head sizes that are not powers of two
+    (padded tiles: 24 nope, 20 v, 8 rope)."""
     pb = _batch(3)
     _check_prefill(pb, pb.kv, heads=3, nope=24, v_dim=20, rope=8, mask="sliding_window_causal", window=9,
                    config=config)

@@ -7,12 +7,16 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class PrefillConfig:
-    """Ragged MLA prefill attention: query rows x key rows per step of one program (one head)."""
+    """Ragged MLA prefill attention: query rows x key rows per step of one program (one head).
+
+    `heads_inner`: program ids walk every head of one query tile before the next tile (a 1-D grid), so the
+    heaviest causal tiles of all heads run first; else tile slots vary fastest (a 2-D grid, slot x head)."""
 
     block_m: int = 128
     block_n: int = 128
     num_warps: int = 8
     num_stages: int = 2
+    heads_inner: bool = False
 
 
 @dataclass(frozen=True)

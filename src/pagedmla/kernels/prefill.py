@@ -204,7 +204,7 @@ def _attend_range(
 def _mla_prefill_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr,
     bro_ptr, co_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, blocks_ptr, scales_ptr,
-    batch, layer_idx, window, qk_scale, rope_start,
+    batch, num_heads, layer_idx, window, qk_scale, rope_start,
     stride_q_t, stride_q_h, stride_k_r, stride_k_h, stride_v_r, stride_v_h,
     stride_o_t, stride_o_h, stride_o_d, stride_lse_t, stride_lse_h, stride_lt_b,
     stride_blk_b, stride_blk_l, stride_blk_s, stride_sc_b, stride_sc_l, stride_sc_s,
@@ -212,13 +212,19 @@ def _mla_prefill_kernel(
     BLOCK_DN: tl.constexpr, BLOCK_DR: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PAGE_SIZE: tl.constexpr,
     GROUP: tl.constexpr, SCALED: tl.constexpr, SEARCH_CHUNKS: tl.constexpr, SEARCH_BLOCK: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    INTERPRET: tl.constexpr, HEADS_INNER: tl.constexpr,
 ):
     """Program (tile slot, head). Sequence b owns tile slots [offsets[b] // BLOCK_M + b, offsets[b+1] // BLOCK_M
     + b + 1), at least ceil(n_b / BLOCK_M) of them, so the grid `T // BLOCK_M + B` needs no host sync; within a
-    sequence the last (for causal masks the heaviest) query tile runs first."""
-    slot_id = tl.program_id(0)
-    head = tl.program_id(1)
+    sequence the last (for causal masks the heaviest) query tile runs first. HEADS_INNER: a 1-D grid whose
+    program ids walk every head of a slot before the next slot, so the heaviest tiles of all heads start first
+    and the last wave holds light tiles; else a 2-D grid (slot, head)."""
+    if HEADS_INNER:
+        slot_id = tl.program_id(0) // num_heads
+        head = tl.program_id(0) % num_heads
+    else:
+        slot_id = tl.program_id(0)
+        head = tl.program_id(1)
     found = ragged_count(offsets_ptr, slot_id, batch, SEARCH_CHUNKS, SEARCH_BLOCK, BLOCK_M, 1)
     b = tl.minimum(found, batch - 1)
     q_begin = tl.load(offsets_ptr + b)

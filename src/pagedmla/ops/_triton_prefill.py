@@ -92,11 +92,12 @@ def mla_prefill_kv_cache_ragged(q, k, v, buffer_row_offsets, cache_offsets, inpu
     rope = qk_dim - nope
     scales_ptr, (s_b, s_l, s_s), group, scaled = _scales_args(blocks, scales, quant_granularity)
     # sequence b owns tile slots [offsets[b] // block_m + b, offsets[b+1] // block_m + b + 1)
-    grid = (num_rows // cfg.block_m + batch, num_heads)
+    slots = num_rows // cfg.block_m + batch
+    grid = (slots * num_heads,) if cfg.heads_inner else (slots, num_heads)
     _mla_prefill_kernel[grid](
         q, k, v, out, lse, buffer_row_offsets, cache_offsets, input_row_offsets, cache_lengths, lookup_table,
         blocks, scales_ptr,
-        batch, layer_idx, window, scale * math.log2(math.e), blocks.shape[5] - rope,
+        batch, num_heads, layer_idx, window, scale * math.log2(math.e), blocks.shape[5] - rope,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1), lookup_table.stride(0),
         blocks.stride(0), blocks.stride(2), blocks.stride(3), s_b, s_l, s_s,
@@ -104,6 +105,6 @@ def mla_prefill_kv_cache_ragged(q, k, v, buffer_row_offsets, cache_offsets, inpu
         BLOCK_DN=_head_block(nope), BLOCK_DR=_head_block(rope), BLOCK_DV=_head_block(v_dim),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, MASK=mask_code, PAGE_SIZE=blocks.shape[3], GROUP=group,
         SCALED=scaled, SEARCH_CHUNKS=triton.cdiv(batch, _SEARCH_BLOCK), SEARCH_BLOCK=_SEARCH_BLOCK,
-        INTERPRET=interpret,
+        INTERPRET=interpret, HEADS_INNER=cfg.heads_inner,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
