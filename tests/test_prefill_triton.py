@@ -212,6 +212,15 @@ def test_prefill_tiles_and_odd_head_sizes(config):
                    config=config)
 
 
+def test_prefill_heuristic_grid_order():
+    """The heads-first grid only where it measured faster (16 heads), for long and short prompts alike."""
+    from pagedmla.configs.prefill import prefill_heuristic
+    assert prefill_heuristic(num_heads=16).heads_inner
+    assert prefill_heuristic(num_heads=16, rows_per_sequence=1024).heads_inner
+    assert not prefill_heuristic(num_heads=128).heads_inner
+    assert not prefill_heuristic(num_heads=128, fp8_cache=True).heads_inner
+
+
 def test_prefill_wide_batch():
     """130 sequences: a program finds its sequence over more than one 128-sequence scan block."""
     pb = make_paged_batch([i % 4 for i in range(130)], [(i * 7) % 5 for i in range(130)], head_size=48,

@@ -86,7 +86,7 @@ def mla_prefill_kv_cache_ragged(q, k, v, buffer_row_offsets, cache_offsets, inpu
     if num_rows == 0 or batch == 0:
         return
     interpret = interpreter_enabled()
-    cfg = config or prefill_heuristic(fp8_cache=scales is not None, interpret=interpret,
+    cfg = config or prefill_heuristic(fp8_cache=scales is not None, interpret=interpret, num_heads=num_heads,
                                       rows_per_sequence=num_rows / batch)
     nope, v_dim = k.shape[-1], v.shape[-1]
     rope = qk_dim - nope
