@@ -127,15 +127,24 @@ def measure(c, fn, ceilings) -> dict:
                 "mm_frac": cost.flops / sec / ceilings.matmul_flops_per_s}
 
 
-def _cfg(bm, bn, splits, warps, stages):
+def _cfg(bm, bn, splits, warps, stages, combine=(8, 128)):
+    """A config; `combine`: the combine kernel's (rows, columns) per program."""
     return SparseDecodeConfig(block_m=bm, block_n=bn, num_splits=splits, num_warps=warps, num_stages=stages,
-                              prefetch_indices=bm < 64)
+                              prefetch_indices=bm < 64, combine_block_r=combine[0], combine_block_dv=combine[1])
+
+
+def _label(cfg: SparseDecodeConfig) -> str:
+    text = str(tuple(asdict(cfg).values())[:5])
+    if (cfg.combine_block_r, cfg.combine_block_dv) != (8, 128):
+        text += f" combine r{cfg.combine_block_r} dv{cfg.combine_block_dv}"
+    return text
 
 
 # Alternatives to the heuristic's pick (which is the best of these on H200, 2026 runs).
 SWEEP_64 = [_cfg(64, 64, 1, 8, 2), _cfg(64, 64, 1, 8, 3), _cfg(64, 32, 1, 8, 3), _cfg(64, 32, 1, 8, 4),
             _cfg(64, 64, 2, 8, 2)]
-SWEEP_16 = [_cfg(16, 32, 2, 4, 3), _cfg(16, 32, 4, 4, 3), _cfg(16, 32, 2, 4, 4), _cfg(16, 64, 2, 8, 3),
+SWEEP_16 = [_cfg(16, 32, 2, 4, 3), _cfg(16, 32, 2, 4, 3, (4, 512)), _cfg(16, 32, 2, 4, 3, (16, 128)),
+            _cfg(16, 32, 4, 4, 3), _cfg(16, 32, 2, 4, 4), _cfg(16, 64, 2, 8, 3),
             _cfg(16, 32, 2, 8, 4), _cfg(16, 64, 4, 8, 2)]
 SWEEP_32 = [_cfg(32, 64, 4, 8, 2), _cfg(32, 32, 4, 8, 3), _cfg(32, 32, 2, 4, 3)]
 SWEEP_64_FP8 = [_cfg(64, 64, 1, 8, 2), _cfg(64, 32, 1, 8, 3), _cfg(64, 32, 1, 8, 4)]
@@ -150,6 +159,7 @@ def main() -> None:
     ap.add_argument("--query-tokens", type=int, default=2)
     ap.add_argument("--page-size", type=int, default=64)
     ap.add_argument("--sweep", action="store_true", help="also time other launch configs")
+    ap.add_argument("--cases", default="", help="only the cases whose name contains one of these (comma-separated)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new configs after this long")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -167,6 +177,8 @@ def main() -> None:
              ("H16-bf16kv-fold", {"heads": 16, "kind": "bf16", "q_kind": "bf16", "fold": True}, SWEEP_32),
              ("H128-fp8g64kv-bf16q", {"heads": 128, "kind": "fp8-g64", "q_kind": "bf16", "fold": False}, SWEEP_64_FP8),
              ("H128-rope-fp8kv-fp8q", {"heads": 128, "kind": "rope", "q_kind": "fp8", "fold": False}, SWEEP_64_FP8)]
+    if args.cases:
+        specs = [sp for sp in specs if any(key in sp[0] for key in args.cases.split(","))]
     for name, spec, sweep in specs:
         if time.time() - t0 > args.budget_s:
             rows.append({"case": name, "config": "-", "note": "skipped: budget"})
@@ -192,10 +204,10 @@ def main() -> None:
                     fn()
                     torch.cuda.synchronize()
                     err = reference_error(c, out)
-                    rows.append(dict(case=name, config=str(tuple(asdict(cfg).values())[:5]), err=err,
+                    rows.append(dict(case=name, config=_label(cfg), err=err,
                                      **measure(c, fn, ceilings)))
                 except Exception as exc:  # noqa: BLE001
-                    rows.append({"case": name, "config": str(tuple(asdict(cfg).values())[:5]),
+                    rows.append({"case": name, "config": _label(cfg),
                                  "note": f"{type(exc).__name__}: {str(exc)[:200]}"})
                 print(rows[-1], flush=True)
         del c, out, lse
@@ -203,15 +215,15 @@ def main() -> None:
     header = (f"{info['gpu']} | torch {info['torch']} | triton {info['triton']} | copy {info['copy_TBps']:.2f} TB/s"
               f" | bf16 matmul {info['matmul_TFLOPs']:.0f} TFLOP/s | B={args.batch} q={args.query_tokens} "
               f"topk={args.topk} N={args.tokens} ps={args.page_size}")
-    columns = (f"{'case':26} {'config (bm,bn,splits,warps,stages)':36} {'us':>8} {'TFLOP/s':>8} {'GB/s':>7} "
+    columns = (f"{'case':26} {'config (bm,bn,splits,warps,stages)':52} {'us':>8} {'TFLOP/s':>8} {'GB/s':>7} "
                f"{'%copy':>6} {'%mm':>5} {'maxerr':>8}")
     lines = [header, columns]
     for r in rows:
         if "us" in r:
-            lines.append(f"{r['case']:26} {r['config']:36} {r['us']:8.1f} {r['tflops']:8.1f} {r['gbps']:7.0f} "
+            lines.append(f"{r['case']:26} {r['config']:52} {r['us']:8.1f} {r['tflops']:8.1f} {r['gbps']:7.0f} "
                          f"{100 * r['copy_frac']:5.1f}% {100 * r['mm_frac']:4.1f}% {r['err']:8.1e}")
         else:
-            lines.append(f"{r['case']:26} {r['config']:36} {r.get('note', '')}")
+            lines.append(f"{r['case']:26} {r['config']:52} {r.get('note', '')}")
     text = "\n".join(lines)
     print(text)
     with open(os.path.join(args.out, "sparse_probe.txt"), "w") as f:
