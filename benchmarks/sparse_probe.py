@@ -127,7 +127,7 @@ def measure(c, fn, ceilings) -> dict:
                 "mm_frac": cost.flops / sec / ceilings.matmul_flops_per_s}
 
 
-def _cfg(bm, bn, splits, warps, stages, combine=(8, 128)):
+def _cfg(bm, bn, splits, warps, stages, combine=(4, 512)):
     """A config; `combine`: the combine kernel's (rows, columns) per program."""
     return SparseDecodeConfig(block_m=bm, block_n=bn, num_splits=splits, num_warps=warps, num_stages=stages,
                               prefetch_indices=bm < 64, combine_block_r=combine[0], combine_block_dv=combine[1])
@@ -135,7 +135,7 @@ def _cfg(bm, bn, splits, warps, stages, combine=(8, 128)):
 
 def _label(cfg: SparseDecodeConfig) -> str:
     text = str(tuple(asdict(cfg).values())[:5])
-    if (cfg.combine_block_r, cfg.combine_block_dv) != (8, 128):
+    if (cfg.combine_block_r, cfg.combine_block_dv) != (4, 512):
         text += f" combine r{cfg.combine_block_r} dv{cfg.combine_block_dv}"
     return text
 
@@ -143,7 +143,7 @@ def _label(cfg: SparseDecodeConfig) -> str:
 # Alternatives to the heuristic's pick (which is the best of these on H200, 2026 runs).
 SWEEP_64 = [_cfg(64, 64, 1, 8, 2), _cfg(64, 64, 1, 8, 3), _cfg(64, 32, 1, 8, 3), _cfg(64, 32, 1, 8, 4),
             _cfg(64, 64, 2, 8, 2)]
-SWEEP_16 = [_cfg(16, 32, 2, 4, 3), _cfg(16, 32, 2, 4, 3, (4, 512)), _cfg(16, 32, 2, 4, 3, (16, 128)),
+SWEEP_16 = [_cfg(16, 32, 2, 4, 3), _cfg(16, 32, 2, 4, 3, (8, 128)), _cfg(16, 32, 2, 4, 3, (16, 128)),
             _cfg(16, 32, 4, 4, 3), _cfg(16, 32, 2, 4, 4), _cfg(16, 64, 2, 8, 3),
             _cfg(16, 32, 2, 8, 4), _cfg(16, 64, 4, 8, 2)]
 SWEEP_32 = [_cfg(32, 64, 4, 8, 2), _cfg(32, 32, 4, 8, 3), _cfg(32, 32, 2, 4, 3)]
