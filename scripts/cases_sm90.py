@@ -178,18 +178,17 @@ CASES.update({f"combine-p{p}-r{r}-dv{d}-w{w}": partial(combine, p, r, d, w)
               for p, r, d, w in ((4, 8, 128, 4), (2, 8, 128, 4), (2, 4, 512, 4), (1, 16, 128, 4), (64, 1, 64, 4))})
 
 
-def split_dv(block_n: int, warps: int, stages: int, dv_splits: int, q_in_regs: bool):
+def split_dv(block_m: int, block_n: int, warps: int, stages: int, dv_splits: int, q_in_regs: bool = False):
     """benchmarks/experiments/split_dv_decode.py: 128 heads, output columns split across programs."""
-    sys_path = __file__.rsplit("/", 2)[0] + "/benchmarks/experiments"
     import sys
-    sys.path.insert(0, sys_path)
+    sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/benchmarks/experiments")
     from split_dv_decode import _split_dv_kernel
     types = {"q_ptr": "*bf16", "out_ptr": "*bf16", "blocks_ptr": "*bf16", "lookup_ptr": "*i32"}
-    const = dict(NUM_HEADS=128, KV_LORA_RANK=512, ROPE_DIM=64, BLOCK_M=64, BLOCK_N=block_n, DV_SPLITS=dv_splits,
-                 Q_IN_REGS=q_in_regs)
+    const = dict(NUM_HEADS=128, KV_LORA_RANK=512, ROPE_DIM=64, BLOCK_M=block_m, BLOCK_N=block_n,
+                 DV_SPLITS=dv_splits, Q_IN_REGS=q_in_regs)
     return _split_dv_kernel, types, const, warps, stages
 
 
-CASES.update({f"split-dv-n{n}-w{w}-s{s}-d{d}{'-qreg' if r else ''}": partial(split_dv, n, w, s, d, r)
-              for n, w, s, d, r in ((32, 4, 2, 2, True), (32, 4, 3, 2, True), (64, 4, 2, 2, True),
-                                    (32, 4, 2, 2, False), (64, 8, 2, 1, False))})
+CASES.update({f"split-dv-m{m}-n{n}-w{w}-s{s}-d{d}": partial(split_dv, m, n, w, s, d)
+              for m, n, w, s, d in ((64, 32, 4, 2, 2), (64, 64, 8, 2, 1), (128, 16, 8, 2, 2), (128, 16, 8, 3, 2),
+                                    (128, 32, 8, 2, 2), (128, 16, 8, 2, 4), (128, 32, 8, 2, 4), (128, 16, 8, 4, 4))})

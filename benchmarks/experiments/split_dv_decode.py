@@ -1,10 +1,10 @@
-"""Experiment (not library code): 128-head MLA decode with the output columns split across two programs.
+"""Experiment (not library code): 128-head MLA decode with the output columns split across programs.
 
-Each program owns 64 query rows (heads) and half of the 512 latent output columns, with 4 warps, so its float32
-accumulator is 64 x 256 (128 registers a thread) and two programs fit on one SM. Both halves compute the same
-logits; the point is that two independent programs on an SM overlap one's softmax with the other's MMAs, which a
-single 8-warp program cannot do. Simplified: every sequence has N keys in whole pages (page size a multiple of
-BLOCK_N), one query token, no mask, no split-KV.
+A program owns BLOCK_M query rows (heads) and 512 / DV_SPLITS of the latent output columns. With 128 rows and 8
+warps each warpgroup computes the logits of its own 64 rows (at 64 rows both warpgroups compute all of them), and
+splitting the columns keeps the float32 accumulator at 128 x 256 (128 registers a thread); every column split
+recomputes the logits. Simplified: every sequence has N keys in whole pages (page size a multiple of BLOCK_N),
+one query token, no mask, no split-KV.
 
     PYTHONPATH=src python3 benchmarks/experiments/split_dv_decode.py   # on a GPU: checks, then times
 """
@@ -66,7 +66,7 @@ def _split_dv_kernel(q_ptr, out_ptr, blocks_ptr, lookup_ptr, num_keys, page_size
     tl.store(out_ptr + o_row[:, None] + offs_d[None, :], (acc / l_i[:, None]).to(tl.bfloat16))
 
 
-def launch(q, blocks, lookup, num_keys, out, *, block_m=64, block_n=32, dv_splits=2, warps=4, stages=2,
+def launch(q, blocks, lookup, num_keys, out, *, block_m=128, block_n=16, dv_splits=2, warps=8, stages=2,
            q_in_regs=True, scale=0.1352):
     batch, heads = q.shape[0], q.shape[1]
     grid = (batch * (heads // block_m) * dv_splits,)
@@ -100,10 +100,9 @@ def main() -> int:
         rows = blocks[lookup[0].long()].reshape(-1, 576).float()
         want = torch.softmax(0.1352 * q[0].float() @ rows.T, -1) @ rows[:, :512]
         flops = 2.0 * batch * heads * keys * (576 + 512)
-        for cfg in (dict(dv_splits=2, warps=4, stages=2, block_n=32), dict(dv_splits=2, warps=4, stages=3, block_n=32),
-                    dict(dv_splits=2, warps=4, stages=2, block_n=64), dict(dv_splits=2, warps=4, stages=2, block_n=32,
-                                                                           q_in_regs=False),
-                    dict(dv_splits=1, warps=8, stages=2, block_n=64)):
+        for bm, bn, w, st, d in ((64, 64, 8, 2, 1), (128, 16, 8, 2, 2), (128, 16, 8, 3, 2), (128, 16, 8, 2, 4),
+                                 (128, 16, 8, 4, 4), (64, 32, 4, 2, 2)):
+            cfg = dict(block_m=bm, block_n=bn, warps=w, stages=st, dv_splits=d, q_in_regs=False)
             try:
                 launch(q, blocks, lookup, keys, out, **cfg)
                 err = float((out[0].float() - want).abs().max())
