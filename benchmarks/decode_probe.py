@@ -175,10 +175,12 @@ def configs_for(case: Case, extra: list[DecodeConfig] | None = None) -> list[Dec
 
 
 def parse_config(text: str) -> DecodeConfig:
-    """`block_m,block_n,warps,stages[,prefetch]`: `prefetch` loads the table entries a block ahead."""
+    """`block_m,block_n,warps,stages[,prefetch][,masked]`: `prefetch` loads the table entries a block ahead,
+    `masked` runs every key block masked (no unmasked interior loop)."""
     parts = text.split(",")
     m, n, w, st = (int(x) for x in parts[:4])
-    return DecodeConfig(block_m=m, block_n=n, num_warps=w, num_stages=st, prefetch_table="prefetch" in parts[4:])
+    return DecodeConfig(block_m=m, block_n=n, num_warps=w, num_stages=st, prefetch_table="prefetch" in parts[4:],
+                        unmasked_interior="masked" not in parts[4:])
 
 
 def kernel_times(fn, calls: int = 20) -> dict[str, float]:
@@ -265,7 +267,7 @@ def main() -> None:
                        "default": (cfg is None or cfg == cfgs[0]) and plan is default_plan}
                 results.append(row)
                 tag = "default" if cfg is None else (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages,
-                                                     cfg.prefetch_table)
+                                                     cfg.prefetch_table, cfg.unmasked_interior)
                 print(f"  B{batch} N{keys} H{heads} q{q_len}{' fp8' if fp8 else ''} W{w} {tag}: "
                       f"{row['us']:.1f} us  {row['tbps']:.2f} TB/s  {row['tflops']:.0f} TFLOP/s  err {err:.2e}",
                       flush=True)

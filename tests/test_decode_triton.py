@@ -647,8 +647,9 @@ def test_combine_heuristic_tiles():
 @cpu_tier
 @pytest.mark.parametrize("cache_kind", ["fp32", "fp8-G16", "fp8-rope-aware"])
 @pytest.mark.parametrize("block_m,parts", [(16, 2), (32, 1)])
-@pytest.mark.parametrize("prefetch", [False, True], ids=["no-prefetch", "prefetch"])
-def test_launch_variants(cache_kind, block_m, parts, prefetch):
+@pytest.mark.parametrize("prefetch,interior", [(False, True), (True, True), (False, False)],
+                         ids=["no-prefetch", "prefetch", "all-masked"])
+def test_launch_variants(cache_kind, block_m, parts, prefetch, interior):
     """Explicit launch configs on float32 and FP8 caches, with and without the table entries loaded a block
     ahead (page size 16 = block_n: the prefetch is active; a window of 33 keys makes workers cross blocks):
     the same answers as the reference."""
@@ -659,7 +660,8 @@ def test_launch_variants(cache_kind, block_m, parts, prefetch):
         kv = pm.quantize_kv_cache(pb.kv, 16)
     else:
         kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=ROPE)
-    cfg = DecodeConfig(block_m=block_m, block_n=16, num_warps=1, num_stages=1, prefetch_table=prefetch)
+    cfg = DecodeConfig(block_m=block_m, block_n=16, num_warps=1, num_stages=1, prefetch_table=prefetch,
+                       unmasked_interior=interior)
     got, lse = run_launcher(pb, kv, q, cfg, parts=parts, mask="sliding_window_causal", window=33)
     want = (reference(pb, q, "sliding_window_causal", 33) if cache_kind == "fp32"
             else fp8_reference(pb, kv, q, mask="sliding_window_causal", window=33))

@@ -24,6 +24,9 @@ class DecodeConfig:
             on a table load of the same iteration, and a block's loads overlap the previous block's math only
             from 5 stages on; with it `num_stages - 1` blocks are in flight.
         prefetch_table: load each block's lookup-table entry one block ahead (see `_page_block`).
+        unmasked_interior: the key blocks every row of a tile sees in full run a loop of their own with no
+            bounds on the loads and no interval compares on the logits (the masked blocks before and after it
+            keep them). Off: one masked loop over every block (for comparison).
     """
 
     block_m: int = 64
@@ -31,6 +34,7 @@ class DecodeConfig:
     num_warps: int = 8
     num_stages: int = 5
     prefetch_table: bool = False
+    unmasked_interior: bool = True
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,15 @@ import triton.language as tl
 
 
 @triton.jit
+def load_or_zero(ptrs, mask):
+    """tl.load with zeros where `mask` is False; `mask=None` (statically all true) loads unmasked."""
+    if mask is None:
+        return tl.load(ptrs)
+    else:
+        return tl.load(ptrs, mask=mask, other=0.0)
+
+
+@triton.jit
 def dot(a, b, acc, INTERPRET: tl.constexpr, IEEE: tl.constexpr):
     """`acc + a @ b` with a float32 accumulator.
 

@@ -33,7 +33,7 @@ Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave
 import triton
 import triton.language as tl
 
-from .common import dot, visible_range
+from .common import dot, load_or_zero, visible_range
 from .fp8 import _dequant, _load_scales, _softmax_update
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -149,9 +149,12 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
                   BLOCK_IN_PAGE: tl.constexpr, INTERPRET: tl.constexpr, IEEE: tl.constexpr, QUANT: tl.constexpr,
                   G: tl.constexpr, LAT_MODE: tl.constexpr, LAT_NG: tl.constexpr, LAT_GS: tl.constexpr,
                   ROPE_MODE: tl.constexpr, ROPE_NG: tl.constexpr, ROPE_GS: tl.constexpr, CD: tl.constexpr,
-                  ROPE_AWARE: tl.constexpr, ROPE_OFF: tl.constexpr, SPLIT_QS: tl.constexpr):
+                  ROPE_AWARE: tl.constexpr, ROPE_OFF: tl.constexpr, SPLIT_QS: tl.constexpr,
+                  MASKED: tl.constexpr):
     """One block of BLOCK_N keys starting at k0 (a multiple of BLOCK_N): online softmax update of
     (acc, m_i, l_i). BLOCK_IN_PAGE: page_size is a multiple of BLOCK_N, so the block is one run of rows.
+    MASKED: the block may hold keys past key_hi or keys some row does not see (bounds on the loads, the rows'
+    intervals on the logits); else every key of the block is below key_hi and visible to every row of the tile.
 
     QUANT (FP8 cache and/or FP8 q): operands in the compute dtype CD, the cache rows dequantized by their
     scales per the scale modes of `pagedmla.kernels.mla_sparse_decode`, and the logits multiplied by the
@@ -162,6 +165,7 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
     # keys past the tile's interval are never loaded: the lookup table past a sequence's pages and the cache
     # slots past N_b hold garbage, and zeroed V lanes keep NaN out of the products
     k_ok = offs_n < key_hi
+    row_mask = k_ok[:, None] if MASKED else None
     if BLOCK_IN_PAGE:
         # one table entry per block, `page_block` (loaded an iteration ahead by the caller), no per-key division
         block = page_block
@@ -170,8 +174,7 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
     else:
         block = tl.load(lookup_row_ptr + offs_n // page_size, mask=k_ok, other=0)
         row = block.to(tl.int64) * stride_blk_b + (offs_n % page_size).to(tl.int64) * stride_blk_s + layer_offset
-    k_nope = tl.load(blocks_ptr + row[:, None] + tl.arange(0, KV_LORA_RANK)[None, :], mask=k_ok[:, None],
-                     other=0.0)  # [BLOCK_N, KV_LORA_RANK], also V
+    k_nope = load_or_zero(blocks_ptr + row[:, None] + tl.arange(0, KV_LORA_RANK)[None, :], row_mask)  # also V
     if QUANT:
         if ROPE_AWARE:
             if BLOCK_IN_PAGE:
@@ -182,8 +185,7 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
                          + r_layer_offset)
         else:
             row_r = row
-        k_rope = tl.load(rope_ptr + row_r[:, None] + ROPE_OFF + tl.arange(0, ROPE_DIM)[None, :],
-                         mask=k_ok[:, None], other=0.0)
+        k_rope = load_or_zero(rope_ptr + row_r[:, None] + ROPE_OFF + tl.arange(0, ROPE_DIM)[None, :], row_mask)
         # the scales of the same rows (masked keys read scale 0: their zeroed values stay 0, never NaN)
         if BLOCK_IN_PAGE:
             slot = (k0 % page_size).to(tl.int64) + tl.arange(0, BLOCK_N).to(tl.int64)
@@ -210,26 +212,90 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
         else:
             s = dot(q_rope, tl.trans(k_rope), dot(q_nope, tl.trans(k_nope), zero, INTERPRET, IEEE), INTERPRET, IEEE)
             s = s * qs[:, None]
-        vis = (offs_n[None, :] >= vis_lo[:, None]) & (offs_n[None, :] < vis_hi[:, None])
-        s = tl.where(vis, s, float("-inf"))
+        if MASKED:
+            vis = (offs_n[None, :] >= vis_lo[:, None]) & (offs_n[None, :] < vis_hi[:, None])
+            s = tl.where(vis, s, float("-inf"))
         acc, m_new, l_i = _softmax_update(acc, m_i, l_i, s, k_nope, s_lat, LAT_MODE == 1, CD, INTERPRET, IEEE)
     else:
-        k_rope = tl.load(blocks_ptr + row[:, None] + KV_LORA_RANK + tl.arange(0, ROPE_DIM)[None, :],
-                         mask=k_ok[:, None], other=0.0)
+        k_rope = load_or_zero(blocks_ptr + row[:, None] + KV_LORA_RANK + tl.arange(0, ROPE_DIM)[None, :], row_mask)
         k_nope = k_nope.to(q_nope.dtype)
         k_rope = k_rope.to(q_nope.dtype)
         s = dot(q_nope, tl.trans(k_nope), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), INTERPRET, IEEE)
         s = dot(q_rope, tl.trans(k_rope), s, INTERPRET, IEEE)
-        vis = (offs_n[None, :] >= vis_lo[:, None]) & (offs_n[None, :] < vis_hi[:, None])
-        s = tl.where(vis, s * qk_scale, float("-inf"))
+        if MASKED:
+            vis = (offs_n[None, :] >= vis_lo[:, None]) & (offs_n[None, :] < vis_hi[:, None])
+            s = tl.where(vis, s * qk_scale, float("-inf"))
+        else:
+            s = s * qk_scale
         m_new = tl.maximum(m_i, tl.max(s, 1))
-        # rows that have seen no key yet keep m = -inf; shift them by 0 so exp2 gives 0, not NaN
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        if MASKED:
+            # rows that have seen no key yet keep m = -inf; shift them by 0 so exp2 gives 0, not NaN
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            # every row sees every key of the block: m_new is finite
+            m_safe = m_new
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = dot(p.to(k_nope.dtype), k_nope, acc * alpha[:, None], INTERPRET, IEEE)
     return acc, m_new, l_i
+
+
+@triton.jit
+def _row_intervals(t, num_heads, num_q, num_keys, seg_lo, seg_hi, mask_code, window, BLOCK_M: tl.constexpr):
+    """Visible keys [lo, hi) of the rows of tile t within the segment [seg_lo, seg_hi); rows past the tile's
+    last (token, head) get the empty interval [num_keys, 0)."""
+    offs_m = t * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_ok = offs_m < num_q * num_heads
+    vis_lo, vis_hi = visible_range(num_keys - num_q + offs_m // num_heads, num_keys, mask_code, window)
+    vis_lo = tl.where(m_ok, tl.maximum(vis_lo, seg_lo), num_keys)
+    vis_hi = tl.where(m_ok, tl.minimum(vis_hi, seg_hi), 0)
+    return vis_lo, vis_hi
+
+
+@triton.jit
+def _attend_range(acc, m_i, l_i, lo, hi, q_nope, q_rope, qs, qs_rope, key_hi, t, num_heads, num_q, num_keys, seg_lo,
+                  seg_hi, mask_code, window, blocks_ptr,
+                  scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
+                  stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
+                  KV_LORA_RANK: tl.constexpr, ROPE_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_IN_PAGE: tl.constexpr, INTERPRET: tl.constexpr, IEEE: tl.constexpr, QUANT: tl.constexpr,
+                  G: tl.constexpr, LAT_MODE: tl.constexpr, LAT_NG: tl.constexpr, LAT_GS: tl.constexpr,
+                  ROPE_MODE: tl.constexpr, ROPE_NG: tl.constexpr, ROPE_GS: tl.constexpr, CD: tl.constexpr,
+                  ROPE_AWARE: tl.constexpr, ROPE_OFF: tl.constexpr, SPLIT_QS: tl.constexpr,
+                  PREFETCH_TABLE: tl.constexpr, MASKED: tl.constexpr):
+    """The key blocks at lo, lo + BLOCK_N, ... below hi (`_attend_block`, MASKED or not). Compiled: a pipelined
+    for loop; interpreted: a while loop (the interpreter takes no runtime bounds in range()). The rows' intervals
+    are computed here, for masked ranges only, so that they hold no registers during the unmasked one."""
+    if MASKED:
+        vis_lo, vis_hi = _row_intervals(t, num_heads, num_q, num_keys, seg_lo, seg_hi, mask_code, window, BLOCK_M)
+    else:
+        vis_lo = 0
+        vis_hi = 0
+    next_page_block = _page_block(lookup_row, lo, hi, page_size, BLOCK_IN_PAGE and PREFETCH_TABLE)
+    if INTERPRET:
+        k0 = lo
+        while k0 < hi:
+            page_block, next_page_block = _table_entries(lookup_row, k0, hi, page_size, next_page_block, BLOCK_N,
+                                                         BLOCK_IN_PAGE, PREFETCH_TABLE)
+            acc, m_i, l_i = _attend_block(
+                acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi, blocks_ptr,
+                scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
+                stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
+                KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
+                LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, MASKED)
+            k0 += BLOCK_N
+    else:
+        for k0 in range(lo, hi, BLOCK_N):
+            page_block, next_page_block = _table_entries(lookup_row, k0, hi, page_size, next_page_block, BLOCK_N,
+                                                         BLOCK_IN_PAGE, PREFETCH_TABLE)
+            acc, m_i, l_i = _attend_block(
+                acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi, blocks_ptr,
+                scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
+                stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
+                KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
+                LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, MASKED)
+    return acc, m_i, l_i
 
 
 @triton.jit(do_not_specialize=["batch", "num_heads", "num_tiles", "layer_idx", "page_size", "mask_code", "window"])
@@ -245,7 +311,7 @@ def _mla_decode_kernel(
     QUANT: tl.constexpr, Q_SCALED: tl.constexpr, G: tl.constexpr, LAT_MODE: tl.constexpr, LAT_NG: tl.constexpr,
     LAT_GS: tl.constexpr, ROPE_MODE: tl.constexpr, ROPE_NG: tl.constexpr, ROPE_GS: tl.constexpr,
     CD: tl.constexpr, ROPE_AWARE: tl.constexpr, ROPE_OFF: tl.constexpr, Q_ROPE_OFF: tl.constexpr,
-    SPLIT_QS: tl.constexpr, PREFETCH_TABLE: tl.constexpr,
+    SPLIT_QS: tl.constexpr, PREFETCH_TABLE: tl.constexpr, UNMASKED_INTERIOR: tl.constexpr,
 ):
     """Program (worker w, row tile t): the tile's rows against the keys of w's span, sequence by sequence."""
     pid = tl.program_id(0)
@@ -274,10 +340,8 @@ def _mla_decode_kernel(
             m_ok = offs_m < num_q * num_heads
             tok = offs_m // num_heads
             head = offs_m % num_heads
-            vis_lo, vis_hi = visible_range(num_keys - num_q + tok, num_keys, mask_code, window)
-            vis_lo = tl.maximum(vis_lo, seg_lo)
-            vis_hi = tl.where(m_ok, tl.minimum(vis_hi, seg_hi), 0)
-            vis_lo = tl.where(m_ok, vis_lo, num_keys)
+            vis_lo, vis_hi = _row_intervals(t, num_heads, num_q, num_keys, seg_lo, seg_hi, mask_code, window,
+                                            BLOCK_M)
             # the tile needs only the keys some row sees: skip whole blocks outside them (blocks start on
             # multiples of BLOCK_N; keys below a row's interval are real rows of b, masked out)
             key_lo = tl.min(vis_lo, 0)
@@ -315,33 +379,37 @@ def _mla_decode_kernel(
             acc = tl.zeros([BLOCK_M, KV_LORA_RANK], dtype=tl.float32)
             m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
             l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-            next_page_block = _page_block(lookup_row, key_lo, key_hi, page_size, BLOCK_IN_PAGE and PREFETCH_TABLE)
-            if INTERPRET:
-                # the interpreter takes no runtime bounds in range()
-                k0 = key_lo
-                while k0 < key_hi:
-                    page_block, next_page_block = _table_entries(lookup_row, k0, key_hi, page_size, next_page_block,
-                                                                 BLOCK_N, BLOCK_IN_PAGE, PREFETCH_TABLE)
-                    acc, m_i, l_i = _attend_block(
-                        acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi, blocks_ptr,
-                        scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
-                        stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
-                        KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
-                        LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS)
-                    k0 += BLOCK_N
+            # masked blocks [key_lo, a), blocks every row sees in full [a, z), masked blocks [z, key_hi): no
+            # bounds or interval compares in the middle range (a and z sit on block edges counted from key_lo)
+            if UNMASKED_INTERIOR:
+                full_lo = tl.max(tl.where(m_ok, vis_lo, 0), 0)
+                full_hi = tl.min(tl.where(m_ok, vis_hi, num_keys), 0)
+                a = key_lo + tl.cdiv(tl.maximum(full_lo - key_lo, 0), BLOCK_N) * BLOCK_N
+                z = a + tl.maximum(full_hi - a, 0) // BLOCK_N * BLOCK_N
+                has_full = z > a
+                a = tl.where(has_full, a, key_hi)
+                z = tl.where(has_full, z, key_hi)
             else:
-                for k0 in range(key_lo, key_hi, BLOCK_N):
-                    page_block, next_page_block = _table_entries(lookup_row, k0, key_hi, page_size, next_page_block,
-                                                                 BLOCK_N, BLOCK_IN_PAGE, PREFETCH_TABLE)
-                    acc, m_i, l_i = _attend_block(
-                        acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi, blocks_ptr,
-                        scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
-                        stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
-                        KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
-                        LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS)
+                a = key_hi
+                z = key_hi
+            for part in tl.static_range(3):
+                acc, m_i, l_i = _attend_range(
+                    acc, m_i, l_i, key_lo if part == 0 else (a if part == 1 else z),
+                    a if part == 0 else (z if part == 1 else key_hi), q_nope, q_rope, qs, qs_rope, key_hi, t,
+                    num_heads, num_q, num_keys, seg_lo, seg_hi, mask_code, window, blocks_ptr, scales_ptr, rope_ptr,
+                    lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size, stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b,
+                    stride_r_s, qk_scale, KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE,
+                    QUANT, G, LAT_MODE, LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF,
+                    SPLIT_QS, PREFETCH_TABLE, part != 1)
 
             has = l_i > 0
             lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * LN2, float("-inf"))
+            # the rows' indices again, through the opaque zero: values kept from before the key loops would hold
+            # registers during them (and spill at 64-row tiles)
+            offs_e = offs_m + zero
+            m_ok = offs_e < num_q * num_heads
+            tok = offs_e // num_heads
+            head = offs_e % num_heads
             if (seg_lo == 0) & (seg_hi == num_keys):
                 # the whole sequence is here: finish (the sink joins the denominator only) and write out
                 denom = l_i
@@ -356,9 +424,9 @@ def _mla_decode_kernel(
             else:
                 slot = (2 * w + (b != first_seq).to(tl.int32)).to(tl.int64)
                 inv = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
-                tl.store(part_out_ptr + slot * stride_po_s + (offs_m + zero)[:, None].to(tl.int64) * stride_po_r
+                tl.store(part_out_ptr + slot * stride_po_s + offs_e[:, None].to(tl.int64) * stride_po_r
                          + offs_d[None, :], acc * inv[:, None], mask=m_ok[:, None])
-                tl.store(part_lse_ptr + slot * stride_pl_s + offs_m, lse, mask=m_ok)
+                tl.store(part_lse_ptr + slot * stride_pl_s + offs_e, lse, mask=m_ok)
         b += 1
 
 

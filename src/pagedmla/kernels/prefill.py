@@ -4,7 +4,7 @@ cuBLAS), and ragged FlashAttention over one decompressed chunk with the rope col
 import triton
 import triton.language as tl
 
-from .common import dot, mask_visible, ragged_count, ragged_search, visible_range
+from .common import dot, load_or_zero, mask_visible, ragged_count, ragged_search, visible_range
 
 LN2 = tl.constexpr(0.6931471805599453)
 
@@ -79,15 +79,6 @@ def _gather_latent_kernel(
 
 
 @triton.jit
-def _load_or_zero(ptrs, mask):
-    """tl.load with zeros where `mask` is False; `mask=None` (statically all true) loads unmasked."""
-    if mask is None:
-        return tl.load(ptrs)
-    else:
-        return tl.load(ptrs, mask=mask, other=0.0)
-
-
-@triton.jit
 def _attend_block(
     acc, m_i, l_i, start, rope_block, q_nope, q_rope, q_abs,
     k_ptr, v_ptr, blocks_ptr, scales_ptr, key_row0, key_pos0, num_valid, num_keys,
@@ -115,7 +106,7 @@ def _attend_block(
         kn_mask = (dn < D_NOPE)[:, None] if BLOCK_DN != D_NOPE else None
         v_mask = (dv < D_V)[None, :] if BLOCK_DV != D_V else None
     # K^T tile [BLOCK_DN, BLOCK_N]
-    kn = _load_or_zero(k_ptr + key_rows[None, :] * stride_k_r + dn[:, None], kn_mask)
+    kn = load_or_zero(k_ptr + key_rows[None, :] * stride_k_r + dn[:, None], kn_mask)
     s = dot(q_nope, kn, tl.zeros((q_nope.shape[0], BLOCK_N), dtype=tl.float32), INTERPRET,
             q_nope.dtype == tl.float32)
     if D_ROPE > 0:
@@ -128,10 +119,10 @@ def _attend_block(
             kr_mask = (dr < D_ROPE)[:, None] if BLOCK_DR != D_ROPE else None
         slot = k_pos % PAGE_SIZE
         rows = block * stride_blk_b + layer_idx * stride_blk_l + slot * stride_blk_s + rope_start
-        kr = _load_or_zero(blocks_ptr + rows[None, :] + dr[:, None], kr_mask)
+        kr = load_or_zero(blocks_ptr + rows[None, :] + dr[:, None], kr_mask)
         if SCALED:
             srows = block * stride_sc_b + layer_idx * stride_sc_l + slot * stride_sc_s
-            kr = kr.to(tl.float32) * _load_or_zero(scales_ptr + srows[None, :] + ((rope_start + dr) // GROUP)[:, None],
+            kr = kr.to(tl.float32) * load_or_zero(scales_ptr + srows[None, :] + ((rope_start + dr) // GROUP)[:, None],
                                                    kr_mask)
         s = dot(q_rope, kr.to(q_rope.dtype), s, INTERPRET, q_rope.dtype == tl.float32)
     s = s * qk_scale
@@ -147,7 +138,7 @@ def _attend_block(
     p = tl.math.exp2(s - m_use[:, None])
     alpha = tl.math.exp2(m_i - m_use)
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = _load_or_zero(v_ptr + key_rows[:, None] * stride_v_r + dv[None, :], v_mask)
+    v = load_or_zero(v_ptr + key_rows[:, None] * stride_v_r + dv[None, :], v_mask)
     acc = dot(p.to(v.dtype), v, acc * alpha[:, None], INTERPRET, v.dtype == tl.float32)
     return acc, m_new, l_i
 
