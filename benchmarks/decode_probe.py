@@ -175,12 +175,12 @@ def configs_for(case: Case, extra: list[DecodeConfig] | None = None) -> list[Dec
 
 
 def parse_config(text: str) -> DecodeConfig:
-    """`block_m,block_n,warps,stages[,prefetch][,masked]`: `prefetch` loads the table entries a block ahead,
-    `masked` runs every key block masked (no unmasked interior loop)."""
+    """`block_m,block_n,warps,stages[,prefetch][,interior]`: `prefetch` loads the table entries a block ahead,
+    `interior` runs the fully visible key blocks in an unmasked loop of their own."""
     parts = text.split(",")
     m, n, w, st = (int(x) for x in parts[:4])
     return DecodeConfig(block_m=m, block_n=n, num_warps=w, num_stages=st, prefetch_table="prefetch" in parts[4:],
-                        unmasked_interior="masked" not in parts[4:])
+                        unmasked_interior="interior" in parts[4:])
 
 
 def kernel_times(fn, calls: int = 20) -> dict[str, float]:

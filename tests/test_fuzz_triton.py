@@ -49,7 +49,7 @@ def test_dense_decode_random_cases(seed):
     mask, window = _mask(rng)
     kind = rng.choice(["float32", 16, 48, 80, "rope-aware"])
     cfg = DecodeConfig(block_m=rng.choice([16, 32, 64]), block_n=rng.choice([16, 32]), num_warps=1, num_stages=1,
-                       prefetch_table=rng.random() < 0.5)
+                       prefetch_table=rng.random() < 0.5, unmasked_interior=rng.random() < 0.5)
     parts = rng.choice([1, 2, 3, 7])
     sink = torch.randn(heads) if rng.random() < 0.3 else None
     case = dict(cache=cache, new=new, heads=heads, mask=mask, window=window, kind=kind, cfg=cfg, parts=parts,

@@ -392,7 +392,8 @@ def _mla_decode_kernel(
             else:
                 a = key_hi
                 z = key_hi
-            for part in tl.static_range(3):
+            # without UNMASKED_INTERIOR one masked loop over [key_lo, key_hi), compiled alone
+            for part in tl.static_range(3 if UNMASKED_INTERIOR else 1):
                 acc, m_i, l_i = _attend_range(
                     acc, m_i, l_i, key_lo if part == 0 else (a if part == 1 else z),
                     a if part == 0 else (z if part == 1 else key_hi), q_nope, q_rope, qs, qs_rope, key_hi, t,
