@@ -8,7 +8,8 @@ from functools import partial
 import triton.language as tl
 
 
-def decode(fp8: bool, block_m: int, block_n: int, warps: int, stages: int, prefetch: bool | None = None):
+def decode(fp8: bool, block_m: int, block_n: int, warps: int, stages: int, prefetch: bool | None = None,
+           interior: bool | None = None):
     """The dense decode: bf16 cache and q, or the rope-aware FP8 row with a bf16 q."""
     from pagedmla.kernels.mla_decode import _mla_decode_kernel
     types = {n: "*bf16" for n in ("q_ptr", "out_ptr", "rope_ptr", "q_rope_ptr")}
@@ -19,7 +20,8 @@ def decode(fp8: bool, block_m: int, block_n: int, warps: int, stages: int, prefe
                  BLOCK_IN_PAGE=True, IEEE=False, INTERPRET=False, QUANT=fp8, Q_SCALED=False, G=640 if fp8 else 576,
                  LAT_MODE=1 if fp8 else 0, LAT_NG=1, LAT_GS=512, ROPE_MODE=0, ROPE_NG=1, ROPE_GS=64,
                  CD=tl.bfloat16, ROPE_AWARE=fp8, ROPE_OFF=256 if fp8 else 512, Q_ROPE_OFF=512, SPLIT_QS=False,
-                 PREFETCH_TABLE=fp8 if prefetch is None else prefetch, UNMASKED_INTERIOR=not fp8 and block_m >= 64)
+                 PREFETCH_TABLE=fp8 if prefetch is None else prefetch,
+                 UNMASKED_INTERIOR=(not fp8 and block_m >= 64) if interior is None else interior)
     return _mla_decode_kernel, types, const, warps, stages
 
 
@@ -136,11 +138,12 @@ def decode_bf16_heuristic(heads: int, max_q: int, batch: int):
     from pagedmla.configs.decode import heuristic
     cfg = heuristic(num_heads=heads, max_q=max_q, kv_lora_rank=512, rope_dim=64, q_dtype=torch.bfloat16,
                     cache_dtype=torch.bfloat16, batch=batch)
-    return decode(False, cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, prefetch=cfg.prefetch_table)
+    return decode(False, cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, prefetch=cfg.prefetch_table,
+                  interior=cfg.unmasked_interior)
 
 
 CASES.update({f"heuristic-bf16-h{h}-q{q}-b{b}": partial(decode_bf16_heuristic, h, q, b)
-              for h, q, b in ((16, 1, 64), (16, 2, 64), (128, 1, 64), (128, 1, 1))})
+              for h, q, b in ((16, 1, 64), (16, 1, 16), (16, 2, 64), (128, 1, 64), (128, 1, 1))})
 
 
 def prefill_heuristic_case(fp8_cache: bool, rows_per_sequence: float):

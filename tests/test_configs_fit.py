@@ -27,5 +27,5 @@ def test_heuristic_configs_fit_shared_memory():
                          timeout=600, check=False)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     # every case was compiled: the FP8 decode matrix of head counts, scale granularities and q dtypes (24), the
-    # bf16 decode (4) and the prefill (4)
-    assert res.stdout.count("shared bytes:") >= 32, res.stdout[-2000:]
+    # bf16 decode (5) and the prefill (4)
+    assert res.stdout.count("shared bytes:") >= 33, res.stdout[-2000:]

@@ -635,6 +635,19 @@ def test_combine_tiles(combine, parts):
     check_fp32(got, lse, *reference(pb, q))
 
 
+def test_heuristic_unmasked_interior():
+    """The unmasked interior loop where it measured faster: 64-row bf16 tiles, 16/32-row bf16 tiles from batch
+    32 on; never for FP8 (not timed)."""
+    from pagedmla.configs.decode import heuristic
+    bf16 = dict(kv_lora_rank=512, rope_dim=64, q_dtype=torch.bfloat16, cache_dtype=torch.bfloat16)
+    assert heuristic(num_heads=128, max_q=1, batch=1, **bf16).unmasked_interior
+    assert heuristic(num_heads=16, max_q=1, batch=64, **bf16).unmasked_interior
+    assert not heuristic(num_heads=16, max_q=1, batch=16, **bf16).unmasked_interior
+    fp8 = dict(bf16, cache_dtype=torch.float8_e4m3fn, compute_dtype=torch.bfloat16)
+    assert not heuristic(num_heads=128, max_q=1, batch=64, **fp8).unmasked_interior
+    assert not heuristic(num_heads=16, max_q=1, batch=64, **fp8).unmasked_interior
+
+
 def test_combine_heuristic_tiles():
     """Few pieces per sequence: 2 pieces per step over whole rows; many (B = 1): up to 64 pieces per step."""
     few = combine_heuristic(num_workers=128, batch=64, kv_lora_rank=512)
