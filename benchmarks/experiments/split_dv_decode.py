@@ -7,6 +7,12 @@ recomputes the logits. Simplified: every sequence has N keys in whole pages (pag
 one query token, no mask, no split-KV.
 
     PYTHONPATH=src python3 benchmarks/experiments/split_dv_decode.py   # on a GPU: checks, then times
+
+Measured on the H200 (2026-11-29, commit 34dc20f; output in benchmarks/results/session-3/split-dv-34dc20f.txt):
+every column split ran about half as fast as one 64-row, 8-warp program over all 512 columns (B64 N4096:
+510 us at 128 rows x 256 columns, 944 us at 128 x 128, 488 us at 64 x 256 with 4 warps, against 263 us).
+That unsplit baseline, which has no masks, ran at 37-39% of the matmul ceiling where the library's decode then
+ran at 31-33%; this led to the decode's unmasked interior loop (`DecodeConfig.unmasked_interior`).
 """
 
 from __future__ import annotations
