@@ -418,3 +418,14 @@ def test_forced_configs_and_splits(block_m, prefetch):
                       extra_quant_granularity=x["kv"].params.quantization_granularity, config=cfg)
         assert_close(out, r["want"], atol=2e-5, rtol=1e-5, name=f"output splits={splits}")
         assert_close(lse, r["want_lse"], atol=2e-5, rtol=1e-5, name=f"lse splits={splits}")
+
+
+def test_combine_tile_bounds_registers():
+    """The 4 x 512 combine tile (timed at 2 splits) only while all splits' partials stay within 8K elements;
+    more splits take 8 x 128 tiles, which do not spill."""
+    from pagedmla.configs.sparse_decode import SparseDecodeConfig, combine_tile
+    cfg = SparseDecodeConfig()
+    assert combine_tile(cfg, 2, 512) == (4, 512)
+    assert combine_tile(cfg, 4, 512) == (4, 512)
+    assert combine_tile(cfg, 16, 512) == (8, 128)
+    assert combine_tile(cfg, 2, 64) == (4, 64)

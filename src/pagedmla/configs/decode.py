@@ -136,7 +136,9 @@ def combine_heuristic(*, num_workers: int, batch: int, kv_lora_rank: int,
     older rule's 4 to 16 pieces per step of 128 columns took 13 us at 16 heads B = 64 and 25 us at 128 heads
     B = 16; this tile takes 2.9 and 5.5 us. Many pieces (B = 1 over all SMs): up to 64 pieces per step, so that
     the loads of many pieces are in flight at once (a step is one load round trip: at 4 to 8 pieces per step,
-    B = 1 took 29 to 54 us against 3.5 us)."""
+    B = 1 took 29 to 54 us against 3.5 us). The estimate is the batch's average: in a skewed batch one long
+    sequence can have many more pieces and is merged 2 per step (not timed; the older rule merged 4 per step
+    but took 13 us for a single step of 2 pieces)."""
     if interpret:
         return CombineConfig(block_p=2, block_r=4, block_dv=min(32, kv_lora_rank), num_warps=1)
     pieces = -(-num_workers // max(1, batch)) + 1

@@ -20,7 +20,8 @@ class SparseDecodeConfig:
         prefetch_indices: load each block's indices an iteration ahead (see `_attend_stream`).
         combine_block_r, combine_block_dv, combine_num_warps: rows and output columns per program, and warps, of
             the combine kernel (4 whole 512-column rows: 113.7 us against 118.2 us for 8 rows x 128 columns at
-            16 heads, bf16, B = 64, 2 query tokens, 2 splits, H200; the columns are capped at kv_lora_rank).
+            16 heads, bf16, B = 64, 2 query tokens, 2 splits, H200; the columns are capped at kv_lora_rank, and
+            many splits fall back to 8 x 128: see `combine_tile`).
     """
 
     block_m: int = 64
@@ -32,6 +33,19 @@ class SparseDecodeConfig:
     combine_block_r: int = 4
     combine_block_dv: int = 512
     combine_num_warps: int = 4
+
+
+COMBINE_TILE_ELEMENTS = 8192
+
+
+def combine_tile(cfg: SparseDecodeConfig, splits: int, kv_lora_rank: int) -> tuple[int, int]:
+    """(rows, columns) per combine program for `splits` partials: the config's tile while all splits' partials
+    of it (`[next_pow2(splits), rows, columns]` float32, held in registers) stay within 8K elements, else 8 x 128
+    (4 x 512 at 16 splits takes 156 registers, at 32 it spills; 8 x 128 does not up to 64 splits)."""
+    rows, cols = cfg.combine_block_r, min(cfg.combine_block_dv, kv_lora_rank)
+    if _pow2_at_least(splits) * rows * cols > COMBINE_TILE_ELEMENTS:
+        rows, cols = 8, min(128, kv_lora_rank)
+    return rows, cols
 
 
 def _pow2_at_least(n: int) -> int:

@@ -16,7 +16,7 @@ import math
 import torch
 import triton
 
-from ..configs.sparse_decode import SparseDecodeConfig, heuristic
+from ..configs.sparse_decode import SparseDecodeConfig, combine_tile, heuristic
 from ..kernels.mla_sparse_decode import _mla_sparse_decode_combine_kernel, _mla_sparse_decode_kernel
 from ._dispatch import interpreter_enabled
 from ._fp8_tiles import _FP8, _TL_DTYPES, _is_pow2, _tile_mode, compute_dtype
@@ -160,10 +160,10 @@ def sparse_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, sca
         IEEE=cd == torch.float32, PREFETCH_INDICES=cfg.prefetch_indices, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages)
     if splits > 1:
-        block_dv = min(cfg.combine_block_dv, kv_lora_rank)
-        grid = (triton.cdiv(num_rows * num_heads, cfg.combine_block_r), kv_lora_rank // block_dv)
+        block_r, block_dv = combine_tile(cfg, splits, kv_lora_rank)
+        grid = (triton.cdiv(num_rows * num_heads, block_r), kv_lora_rank // block_dv)
         _mla_sparse_decode_combine_kernel[grid](
             out, lse, sink, part_out, part_lse, num_rows * num_heads, num_heads, splits,
             out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), *po_strides, *pl_strides,
-            BLOCK_R=cfg.combine_block_r, BLOCK_DV=block_dv, BLOCK_S=triton.next_power_of_2(splits),
+            BLOCK_R=block_r, BLOCK_DV=block_dv, BLOCK_S=triton.next_power_of_2(splits),
             HAS_SINK=attn_sink is not None, INTERPRET=interpret, num_warps=cfg.combine_num_warps)
