@@ -270,6 +270,10 @@ GPU_CASES = [
     # batches above 16 take the 64-key tiles at 128 heads
     pytest.param(128, 64, [(37 * i) % 700 for i in range(20)], [1 + i % 2 for i in range(20)],
                  id="H128-ps64-B20-mtp"),
+    # batches of 32 and more run the unmasked interior loop at 16- and 32-row tiles too
+    pytest.param(16, 64, [(53 * i) % 900 for i in range(40)], [1] * 40, id="H16-ps64-B40-q1"),
+    pytest.param(16, 16, [(29 * i) % 500 for i in range(36)], [1 + i % 2 for i in range(36)],
+                 id="H16-ps16-B36-mtp"),
 ]
 
 
