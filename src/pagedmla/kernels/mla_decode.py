@@ -398,15 +398,15 @@ def _mla_decode_kernel(
                     acc, m_i, l_i, key_lo if part == 0 else (a if part == 1 else z),
                     a if part == 0 else (z if part == 1 else key_hi), q_nope, q_rope, qs, qs_rope, key_hi, t,
                     num_heads, num_q, num_keys, seg_lo, seg_hi, mask_code, window, blocks_ptr, scales_ptr, rope_ptr,
-                    lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size, stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b,
-                    stride_r_s, qk_scale, KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE,
-                    QUANT, G, LAT_MODE, LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF,
-                    SPLIT_QS, PREFETCH_TABLE, part != 1)
+                    lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size, stride_blk_b, stride_blk_s,
+                    stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale, KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N,
+                    BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE, LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD,
+                    ROPE_AWARE, ROPE_OFF, SPLIT_QS, PREFETCH_TABLE, part != 1)
 
             has = l_i > 0
             lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * LN2, float("-inf"))
-            # the rows' indices again, through the opaque zero: values kept from before the key loops would hold
-            # registers during them (and spill at 64-row tiles)
+            # the rows' indices recomputed after the key loops; the opaque zero keeps the compiler from merging
+            # them with the copies made before the loops (the layout that run E measured)
             offs_e = offs_m + zero
             m_ok = offs_e < num_q * num_heads
             tok = offs_e // num_heads
