@@ -13,6 +13,7 @@ project's benchmark harness is `pagedmla.testing.perf`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import math
@@ -138,6 +139,16 @@ class Case:
         return pm.mla_decode_plan(self.offsets, kv, num_heads=self.heads, num_partitions=num_partitions,
                                   backend="triton")
 
+    def plan_with_tail(self, tail_cost: int):
+        """The default plan's workers with another split of the fixed cost (`DecodePlanConfig.tail_cost`)."""
+        plan = self.plan()
+        kv = self.items[0][0]
+        cfg = _triton_decode.plan_config(batch=self.batch, num_heads=self.heads, max_q=self.q_len, max_keys=self.keys,
+                                         device=kv.device)
+        _triton_decode.fill_schedule(plan.schedule, self.offsets, kv.cache_lengths,
+                                     dataclasses.replace(cfg, tail_cost=tail_cost))
+        return plan
+
     def run(self, plan, config: DecodeConfig | None, combine: CombineConfig | None = None):
         def fn():
             for kv, q, out, lse in self.items:
@@ -218,6 +229,8 @@ def main() -> None:
     parser.add_argument("--config", action="append", default=[],
                         help="with --sweep: time these configs (see parse_config) instead of the search space")
     parser.add_argument("--workers", default="", help="with --sweep: comma-separated worker counts to add")
+    parser.add_argument("--tail-cost", default="",
+                        help="with --sweep: comma-separated DecodePlanConfig.tail_cost values to add (default workers)")
     parser.add_argument("--combine", action="append", default=[],
                         help="with --profile: also profile these combine configs `block_p,block_r,block_dv,warps`")
     parser.add_argument("--profile", action="store_true",
@@ -248,6 +261,8 @@ def main() -> None:
                 for w in (default_plan.num_partitions // 2, 2 * default_plan.num_partitions, sms // tiles):
                     if w >= 1:
                         plans.setdefault(w, case.plan(w))
+            for tail in (int(x) for x in args.tail_cost.split(",") if x):
+                plans[f"{default_plan.num_partitions}t{tail}"] = case.plan_with_tail(tail)
         cfgs = configs_for(case, extra) if args.sweep else [None]
         best = None
         for w, plan in plans.items():

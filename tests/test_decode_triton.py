@@ -16,7 +16,7 @@ import torch
 
 import pagedmla as pm
 from pagedmla.cache import KVCacheParams, PagedKVCacheCollection
-from pagedmla.configs.decode import CombineConfig, DecodeConfig, combine_heuristic
+from pagedmla.configs.decode import CombineConfig, DecodeConfig, DecodePlanConfig, combine_heuristic
 from pagedmla.masks import visible
 from pagedmla.ops import _triton_decode
 from pagedmla.ops._dispatch import interpreter_enabled
@@ -225,12 +225,16 @@ def simulate_schedule(schedule, cache, new, workers):
 
 @cpu_tier
 @pytest.mark.parametrize("workers", [1, 2, 5, 9, 70])
-def test_schedule_covers_every_key_once(workers):
+@pytest.mark.parametrize("fixed_cost,tail_cost", [(None, None), (1, 0), (2, 2), (3, 1), (0, 0)])
+def test_schedule_covers_every_key_once(workers, fixed_cost, tail_cost):
     cache = [40, 0, 3, 100, 7, 0, 64]
     new = [1, 0, 2, 3, 1, 1, 0]
     pb = make_paged_batch(cache, new, head_size=HEAD, page_size=16, seed=37)
     plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=4, num_partitions=workers,
                               backend="triton")
+    if fixed_cost is not None:
+        cfg = DecodePlanConfig(num_workers=workers, granularity=16, fixed_cost=fixed_cost, tail_cost=tail_cost)
+        _triton_decode.fill_schedule(plan.schedule, pb.input_row_offsets, pb.kv.cache_lengths, cfg)
     assert plan.num_partitions == workers and tuple(plan.schedule.shape) == (1 + workers + len(cache), 4)
     cover = simulate_schedule(plan.schedule, cache, new, workers)
     rows = plan.schedule.tolist()
@@ -247,6 +251,31 @@ def test_schedule_covers_every_key_once(workers):
         assert [w for w, _, _ in pieces] == list(range(first, last + 1)), (b, pieces, first, last)
         w0_first_seq = rows[1 + first][0]
         assert slot == 2 * first + (0 if w0_first_seq == b else 1)
+
+
+@cpu_tier
+@pytest.mark.parametrize("batch_size,workers", [(2, 4), (4, 8), (4, 2), (8, 4)])
+def test_schedule_splits_equal_sequences_into_equal_pieces(batch_size, workers):
+    """Every piece loads q and writes a result: with the fixed cost split between a sequence's start and end,
+    equal sequences cut in two (or k whole ones per worker) give every worker the same number of key blocks
+    (the whole cost up front gave the first half two blocks fewer than the second)."""
+    cache, new = [16 * 16 - 1] * batch_size, [1] * batch_size
+    pb = make_paged_batch(cache, new, head_size=HEAD, page_size=16, seed=43)
+    plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=4, num_partitions=workers,
+                              backend="triton")
+    cfg = DecodePlanConfig(num_workers=workers, granularity=16, fixed_cost=2, tail_cost=1)
+    _triton_decode.fill_schedule(plan.schedule, pb.input_row_offsets, pb.kv.cache_lengths, cfg)
+    cover = simulate_schedule(plan.schedule, cache, new, workers)
+    keys = [0] * workers
+    for pieces in cover.values():
+        for w, lo, hi in pieces:
+            keys[w] += hi - lo
+    assert keys == [sum(c + n for c, n in zip(cache, new)) // workers] * workers, keys
+
+
+def test_plan_config_rejects_a_tail_past_the_fixed_cost():
+    with pytest.raises(ValueError, match="tail_cost"):
+        DecodePlanConfig(num_workers=4, fixed_cost=1, tail_cost=2)
 
 
 @cpu_tier

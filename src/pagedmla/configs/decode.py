@@ -56,13 +56,23 @@ class DecodePlanConfig:
     Attributes:
         num_workers: programs along the key axis (per row tile) that share the batch's key blocks.
         granularity: keys per schedule block (worker spans start and end on multiples of it).
-        fixed_cost: cost, in blocks, charged for starting a sequence (loading q, writing its result), so that
-            many short sequences are not all given to one worker.
+        fixed_cost: cost, in blocks, charged per sequence (loading q, writing its result), so that many short
+            sequences are not all given to one worker.
+        tail_cost: the part of fixed_cost charged after the sequence's key blocks (writing its result), the
+            rest before them. Every piece of a split sequence loads q and writes a result: charging the whole
+            cost up front gave the first of two equal pieces 31 blocks and the second 33 (16 heads, B = 64,
+            N = 4096, 128 workers), and the kernel waits for the longest.
     """
 
     num_workers: int
     granularity: int = 64
     fixed_cost: int = 2
+    tail_cost: int = 1
+
+    def __post_init__(self):
+        if not 0 <= self.tail_cost <= self.fixed_cost:
+            raise ValueError(f"Invalid tail_cost: expected 0 <= tail_cost <= fixed_cost ({self.fixed_cost}), "
+                             f"got {self.tail_cost}")
 
 
 def _pow2_at_least(n: int) -> int:
@@ -158,7 +168,7 @@ def plan_heuristic(*, batch: int, num_heads: int, max_q: int, max_keys: int, num
     sequences fall into whole pieces (k workers per sequence, or k sequences per worker): splitting a
     sequence across workers costs a partial result and a combine, which measured up to 25% at 128 heads."""
     if interpret:
-        return DecodePlanConfig(num_workers=2, granularity=16, fixed_cost=1)
+        return DecodePlanConfig(num_workers=2, granularity=16, fixed_cost=2, tail_cost=1)
     granularity = 64
     block_m = block_m_for(num_heads, max_q)
     tiles = -(-num_heads * max(1, max_q) // block_m)
@@ -170,7 +180,7 @@ def plan_heuristic(*, batch: int, num_heads: int, max_q: int, max_keys: int, num
             workers = whole
     blocks = batch * (-(-max(1, max_keys) // granularity) + 2)
     workers = max(1, min(workers, blocks // 2))
-    return DecodePlanConfig(num_workers=workers, granularity=granularity, fixed_cost=2)
+    return DecodePlanConfig(num_workers=workers, granularity=granularity, fixed_cost=2, tail_cost=1)
 
 
 def search_space(*, num_heads: int, max_q: int) -> list[DecodeConfig]:

@@ -3,7 +3,7 @@
 Work decomposition. The rows of sequence b are its `n_b * H` (query token, head) pairs, flattened as
 `i = s * H + h`; a program owns one tile of `BLOCK_M` consecutive rows, so every cache row it reads serves all
 heads (and all query tokens) of the tile. Along the keys, the scheduler (`_mla_decode_plan_kernel`, once per
-step) lays every sequence's key blocks end to end, each sequence preceded by a fixed cost, and cuts the line
+step) lays every sequence's key blocks end to end, each between the fixed costs of starting and finishing it, and cuts the line
 into `num_workers` equal spans; worker w processes its span for every row tile (grid `num_workers * num_tiles`).
 A sequence that one worker covers whole is written straight to `out`; a piece of a split sequence goes to a
 partial slot (`2w` for the worker's first sequence, `2w + 1` for its last) as a normalized output and its LSE,
@@ -53,13 +53,16 @@ def _sequence_costs(offsets_ptr, cache_lengths_ptr, b, batch, granularity, fixed
 @triton.jit
 def _mla_decode_plan_kernel(
     offsets_ptr, cache_lengths_ptr, schedule_ptr,
-    batch, num_workers, granularity, fixed_cost,
+    batch, num_workers, granularity, fixed_cost, tail_cost,
     BLOCK_B: tl.constexpr, BLOCK_W: tl.constexpr,
 ):
     """Program p fills the rows of workers `[p * BLOCK_W, (p + 1) * BLOCK_W)`; program 0 also fills the header
-    and the sequence rows. Worker w owns the cost span `[w * payload, (w + 1) * payload)`."""
+    and the sequence rows. Worker w owns the cost span `[w * payload, (w + 1) * payload)`. A sequence's span is
+    `fixed_cost - tail_cost` units (loading q), its key blocks, then `tail_cost` units (writing its result): a
+    sequence split in k equal pieces gives each the same number of blocks."""
     pid = tl.program_id(0)
     ob = tl.arange(0, BLOCK_B)
+    head_cost = fixed_cost - tail_cost
     total = 0
     b0 = 0
     while b0 < batch:
@@ -90,8 +93,9 @@ def _mla_decode_plan_kernel(
         c_end += tl.sum(tl.where(done, cost[None, :], 0), 1)
         if pid == 0:
             begins = ends - cost
-            first = (begins + fixed_cost) // payload
-            last = (ends - 1) // payload
+            # the workers holding the sequence's first and last key blocks
+            first = (begins + head_cost) // payload
+            last = (ends - tail_cost - 1) // payload
             # the first worker's piece is its first sequence (slot 2w) only if its span starts inside b
             slot = 2 * first + (first * payload < begins).to(tl.int32)
             has = cost > 0
@@ -103,8 +107,9 @@ def _mla_decode_plan_kernel(
         carry += tl.sum(cost, 0)
         b0 += BLOCK_B
 
-    start_block = tl.maximum(x_start - c_start - fixed_cost, 0)
-    end_block = tl.maximum(x_end - c_end - fixed_cost, 0)
+    # a span that starts in a sequence's tail gets an empty piece of it (its first key past the last)
+    start_block = tl.maximum(x_start - c_start - head_cost, 0)
+    end_block = tl.maximum(x_end - c_end - head_cost, 0)
     w_ok = w < num_workers
     row = schedule_ptr + (1 + w) * 4
     tl.store(row, n_start, mask=w_ok)

@@ -63,7 +63,7 @@ def fill_schedule(schedule: torch.Tensor, input_row_offsets: torch.Tensor, cache
     grid = (triton.cdiv(cfg.num_workers, _PLAN_BLOCK_W),)
     _mla_decode_plan_kernel[grid](
         input_row_offsets, cache_lengths, schedule, batch, cfg.num_workers, cfg.granularity, cfg.fixed_cost,
-        BLOCK_B=_PLAN_BLOCK_B, BLOCK_W=_PLAN_BLOCK_W, num_warps=4)
+        cfg.tail_cost, BLOCK_B=_PLAN_BLOCK_B, BLOCK_W=_PLAN_BLOCK_W, num_warps=4)
 
 
 def plan(input_row_offsets, kv_collection, num_heads: int, num_partitions: int | None, max_q: int,
