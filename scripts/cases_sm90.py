@@ -159,13 +159,15 @@ CASES.update({f"heuristic-prefill-{'fp8' if f else 'bf16'}-rows{r}": partial(pre
 
 
 def decode_spec(name: str):
-    """Any dense decode config by name: `decode-{bf16|fp8}-m<M>-n<N>-w<W>-s<S>[-prefetch]`, or None."""
+    """Any dense decode config by name: `decode-{bf16|fp8}-m<M>-n<N>-w<W>-s<S>[-prefetch][-interior|-masked]`
+    (the last: `unmasked_interior` on or off; default: on for bf16 64-row tiles), or None."""
     import re
-    hit = re.fullmatch(r"decode-(bf16|fp8)-m(\d+)-n(\d+)-w(\d+)-s(\d+)(-prefetch)?", name)
+    hit = re.fullmatch(r"decode-(bf16|fp8)-m(\d+)-n(\d+)-w(\d+)-s(\d+)(-prefetch)?(-interior|-masked)?", name)
     if not hit:
         return None
-    kind, m, n, w, s, prefetch = hit.groups()
-    return partial(decode, kind == "fp8", int(m), int(n), int(w), int(s), bool(prefetch))
+    kind, m, n, w, s, prefetch, interior = hit.groups()
+    return partial(decode, kind == "fp8", int(m), int(n), int(w), int(s), bool(prefetch),
+                   None if interior is None else interior == "-interior")
 
 
 def combine(block_p: int, block_r: int, block_dv: int, warps: int):

@@ -10,7 +10,7 @@ partial slot (`2w` for the worker's first sequence, `2w + 1` for its last) as a 
 and `_mla_decode_combine_kernel` merges the pieces by LSE.
 
 Schedule (int32 `[1 + W + B, 4]`, written by the plan kernel, read by the others):
-    row 0: granularity (keys per block), payload (cost per worker), total cost, W
+    row 0: granularity (keys per block), payload (most cost per worker), total cost, W
     row 1 + w: worker w: first sequence, its first key, last sequence, the key it stops before
         (last sequence == B: runs to the end of the batch)
     row 1 + W + b: sequence b: first worker, last worker, partial slot of the first worker, 0
@@ -51,15 +51,30 @@ def _sequence_costs(offsets_ptr, cache_lengths_ptr, b, batch, granularity, fixed
 
 
 @triton.jit
+def _span_start(w, total, busy):
+    """Where worker w's cost span starts: floor(w * total / busy), for `busy = min(W, total)` workers with spans
+    of one unit or more (workers past them get empty spans at the end; int64: w * total can pass 2^31)."""
+    return (tl.minimum(w, busy).to(tl.int64) * total // tl.maximum(busy, 1)).to(tl.int32)
+
+
+@triton.jit
+def _span_owner(x, total, busy):
+    """The worker whose span holds cost unit x (< total): the last w with _span_start(w) <= x."""
+    return (((x + 1).to(tl.int64) * busy - 1) // tl.maximum(total, 1)).to(tl.int32)
+
+
+@triton.jit
 def _mla_decode_plan_kernel(
     offsets_ptr, cache_lengths_ptr, schedule_ptr,
     batch, num_workers, granularity, fixed_cost, tail_cost,
     BLOCK_B: tl.constexpr, BLOCK_W: tl.constexpr,
 ):
     """Program p fills the rows of workers `[p * BLOCK_W, (p + 1) * BLOCK_W)`; program 0 also fills the header
-    and the sequence rows. Worker w owns the cost span `[w * payload, (w + 1) * payload)`. A sequence's span is
-    `fixed_cost - tail_cost` units (loading q), its key blocks, then `tail_cost` units (writing its result): a
-    sequence split in k equal pieces gives each the same number of blocks."""
+    and the sequence rows. Worker w owns the cost span `[floor(w * total / W), floor((w + 1) * total / W))`
+    (W capped at total, so that every span holds a unit and a sequence's pieces sit on consecutive workers):
+    spans differ by at most one unit (rounding the span up to whole units left up to W / 2 workers idle, e.g.
+    10 of 128 at 16 heads, B = 16). A sequence's span is `fixed_cost - tail_cost` units (loading q), its key
+    blocks, then `tail_cost` units (writing its result): a sequence split in two gives each half as many blocks."""
     pid = tl.program_id(0)
     ob = tl.arange(0, BLOCK_B)
     head_cost = fixed_cost - tail_cost
@@ -69,10 +84,11 @@ def _mla_decode_plan_kernel(
         total += tl.sum(_sequence_costs(offsets_ptr, cache_lengths_ptr, b0 + ob, batch, granularity, fixed_cost), 0)
         b0 += BLOCK_B
     payload = tl.maximum((total + num_workers - 1) // num_workers, 1)
+    busy = tl.minimum(num_workers, total)
 
     w = pid * BLOCK_W + tl.arange(0, BLOCK_W)
-    x_start = w * payload
-    x_end = x_start + payload
+    x_start = _span_start(w, total, busy)
+    x_end = _span_start(w + 1, total, busy)
     # sequences that end at or before x, and their summed cost: the sequence holding x and where it starts
     n_start = tl.zeros([BLOCK_W], dtype=tl.int32)
     c_start = tl.zeros([BLOCK_W], dtype=tl.int32)
@@ -94,10 +110,10 @@ def _mla_decode_plan_kernel(
         if pid == 0:
             begins = ends - cost
             # the workers holding the sequence's first and last key blocks
-            first = (begins + head_cost) // payload
-            last = (ends - tail_cost - 1) // payload
+            first = _span_owner(begins + head_cost, total, busy)
+            last = _span_owner(ends - tail_cost - 1, total, busy)
             # the first worker's piece is its first sequence (slot 2w) only if its span starts inside b
-            slot = 2 * first + (first * payload < begins).to(tl.int32)
+            slot = 2 * first + (_span_start(first, total, busy) < begins).to(tl.int32)
             has = cost > 0
             row = schedule_ptr + (1 + num_workers + b) * 4
             tl.store(row, tl.where(has, first, -1), mask=ok)
@@ -271,7 +287,40 @@ def _attend_range(acc, m_i, l_i, lo, hi, q_nope, q_rope, qs, qs_rope, key_hi, t,
                   PREFETCH_TABLE: tl.constexpr, MASKED: tl.constexpr):
     """The key blocks at lo, lo + BLOCK_N, ... below hi (`_attend_block`, MASKED or not). Compiled: a pipelined
     for loop; interpreted: a while loop (the interpreter takes no runtime bounds in range()). The rows' intervals
-    are computed here, for masked ranges only, so that they hold no registers during the unmasked one."""
+    are computed here, for masked ranges only, so that they hold no registers during the unmasked one. An empty
+    masked range of a 16/32-row tile skips the loop whole: a pipelined loop's prologue still issues its
+    (predicated-off) copies and waits for them."""
+    if MASKED and BLOCK_M < 64:
+        if lo < hi:
+            acc, m_i, l_i = _attend_loop(
+                acc, m_i, l_i, lo, hi, q_nope, q_rope, qs, qs_rope, key_hi, t, num_heads, num_q, num_keys, seg_lo,
+                seg_hi, mask_code, window, blocks_ptr, scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset,
+                r_layer_offset, page_size, stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s,
+                qk_scale, KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
+                LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, PREFETCH_TABLE, MASKED)
+    else:
+        # (64-row tiles: the guard measured no gain to win and costs the hot loops registers and serialized MMAs)
+        acc, m_i, l_i = _attend_loop(
+            acc, m_i, l_i, lo, hi, q_nope, q_rope, qs, qs_rope, key_hi, t, num_heads, num_q, num_keys, seg_lo,
+            seg_hi, mask_code, window, blocks_ptr, scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset,
+            r_layer_offset, page_size, stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s,
+            qk_scale, KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
+            LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, PREFETCH_TABLE, MASKED)
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _attend_loop(acc, m_i, l_i, lo, hi, q_nope, q_rope, qs, qs_rope, key_hi, t, num_heads, num_q, num_keys, seg_lo,
+                 seg_hi, mask_code, window, blocks_ptr,
+                 scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
+                 stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
+                 KV_LORA_RANK: tl.constexpr, ROPE_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_IN_PAGE: tl.constexpr, INTERPRET: tl.constexpr, IEEE: tl.constexpr, QUANT: tl.constexpr,
+                 G: tl.constexpr, LAT_MODE: tl.constexpr, LAT_NG: tl.constexpr, LAT_GS: tl.constexpr,
+                 ROPE_MODE: tl.constexpr, ROPE_NG: tl.constexpr, ROPE_GS: tl.constexpr, CD: tl.constexpr,
+                 ROPE_AWARE: tl.constexpr, ROPE_OFF: tl.constexpr, SPLIT_QS: tl.constexpr,
+                 PREFETCH_TABLE: tl.constexpr, MASKED: tl.constexpr):
+    """`_attend_range` of a range with at least one block."""
     if MASKED:
         vis_lo, vis_hi = _row_intervals(t, num_heads, num_q, num_keys, seg_lo, seg_hi, mask_code, window, BLOCK_M)
     else:
