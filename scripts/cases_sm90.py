@@ -77,13 +77,13 @@ def prefill(block_m: int, block_n: int, warps: int, stages: int):
     types.update({"lse_ptr": "*fp32", "scales_ptr": "*fp32"})
     const = dict(D_NOPE=128, D_ROPE=64, D_V=128, BLOCK_DN=128, BLOCK_DR=64, BLOCK_DV=128, BLOCK_M=block_m,
                  BLOCK_N=block_n, MASK=1, PAGE_SIZE=64, GROUP=576, SCALED=False, SEARCH_CHUNKS=1, SEARCH_BLOCK=64,
-                 INTERPRET=False, HEADS_INNER=True)
+                 INTERPRET=False, HEADS_INNER=True, SCALE_POSITIVE=True)
     return _mla_prefill_kernel, types, const, warps, stages
 
 
 CASES.update({f"prefill-m{m}-n{n}-w{w}-s{s}": partial(prefill, m, n, w, s)
               for m, n, w, s in ((128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 4, 3),
-                                 (64, 128, 4, 2), (128, 64, 8, 4))})
+                                 (64, 128, 4, 2), (128, 64, 8, 4), (64, 64, 4, 2), (64, 64, 4, 3), (64, 128, 4, 1))})
 
 
 def prefill_fp8(block_m: int, block_n: int, warps: int, stages: int, group: int = 64):

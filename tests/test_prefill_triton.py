@@ -150,7 +150,7 @@ def test_decompress_public_op_and_empty_length():
 # ---- prefill attention -----------------------------------------------------------------------------------------
 
 
-def _attend_all_chunks(pb, kv, q, k_buffer, nope, buffer_size, mask, window, backend, config=None):
+def _attend_all_chunks(pb, kv, q, k_buffer, nope, buffer_size, mask, window, backend, config=None, scale=0.3):
     """(out, lse) of every chunk of the plan; k and v are strided views of one k_buffer, as in mla_prefill."""
     bro, co, lengths = ops.mla_prefill_plan(pb.input_row_offsets, kv, buffer_size, 16, backend="reference")
     results = []
@@ -163,23 +163,23 @@ def _attend_all_chunks(pb, kv, q, k_buffer, nope, buffer_size, mask, window, bac
             lse = _nan(q.shape[0], q.shape[1])
             _triton_prefill.mla_prefill_kv_cache_ragged(
                 q, k, v, bro[c], co[c], pb.input_row_offsets, kv.blocks, kv.cache_lengths, kv.lookup_table,
-                kv.scales, kv.params.quantization_granularity or 0, 0, 0.3, *mask_code(mask, window), out, lse,
+                kv.scales, kv.params.quantization_granularity or 0, 0, scale, *mask_code(mask, window), out, lse,
                 config)
         else:
             out, lse = ops.mla_prefill_kv_cache_ragged(
-                q, k, v, bro[c], co[c], pb.input_row_offsets, kv, 0, 0.3, mask=mask, local_window_size=window,
+                q, k, v, bro[c], co[c], pb.input_row_offsets, kv, 0, scale, mask=mask, local_window_size=window,
                 output=out, return_lse=True, backend=backend)
         results.append((c, out, lse))
     return results
 
 
 def _check_prefill(pb, kv, *, heads=2, nope=32, v_dim=32, rope=16, mask="causal", window=-1, config=None,
-                   chunks=3):
+                   chunks=3, scale=0.3):
     buffer_size = _buffer_for(pb, chunks)
     q = _randn(pb.num_rows, heads, nope + rope, seed=5)
     k_buffer = _randn(3, buffer_size, heads, nope + v_dim, seed=6)
-    got = _attend_all_chunks(pb, kv, q, k_buffer, nope, buffer_size, mask, window, "triton", config)
-    want = _attend_all_chunks(pb, kv, q, k_buffer, nope, buffer_size, mask, window, "reference")
+    got = _attend_all_chunks(pb, kv, q, k_buffer, nope, buffer_size, mask, window, "triton", config, scale)
+    want = _attend_all_chunks(pb, kv, q, k_buffer, nope, buffer_size, mask, window, "reference", scale=scale)
     assert len(got) >= 2, "the case should span several chunks"
     for (c, out, lse), (_, want_out, want_lse) in zip(got, want):
         assert_close(out, want_out, atol=ATOL32, rtol=1e-5, name=f"output chunk {c}")
@@ -199,6 +199,15 @@ def test_prefill_long_sequences(mask, window):
     region are exercised (windows of 40 to 53 keys)."""
     pb = _batch(16, lengths=([46, 0, 17, 15], [70, 50, 33, 20]))
     _check_prefill(pb, pb.kv, mask=mask, window=window, chunks=2)
+
+
+@pytest.mark.parametrize("scale", [-4.0, 0.0])
+def test_prefill_scale_that_is_not_positive(scale):
+    """Fully visible blocks fold a positive scale into the exponent (max(s) * scale is max(s * scale) only for
+    scale > 0); zero and negative scales take the plain path. At -4 the scaled logits span ~250 in base 2: a
+    running max taken the wrong way overflows exp2 (checked: forcing the folded path fails here)."""
+    pb = _batch(16, lengths=([46, 0, 17, 15], [70, 50, 33, 20]))
+    _check_prefill(pb, pb.kv, mask="causal", chunks=2, scale=scale)
 
 
 @pytest.mark.parametrize("config", [pytest.param(PrefillConfig(32, 16, 1, 1), id="m32-n16"),

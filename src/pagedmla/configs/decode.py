@@ -96,13 +96,14 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     because the warpgroup MMAs of the logits get twice as wide; small batches (few, long pieces per program)
     gain more from the overlap. Loading the table entries a block ahead (prefetch_table) measured no faster for
     bf16 (3-4% slower at 16 heads), so these configs leave it off. bf16 tiles run the key blocks every row sees
-    in full in an unmasked loop of their own (`unmasked_interior`). At 64 rows always: 6-14% faster at 128
-    heads, B = 1 to 128. At 16 and 32 rows from batch 32 on: at 16 heads `bench decode` went 164.6 -> 159.1 us
-    (B128 N4096), 317.6 -> 303.7 (B128 N8192), 325.7 -> 314.0 (B32 N32768), 92.5 -> 90.9 (B64 N4096; the
-    same-run probe: no difference) and MTP q2 B64 142.1 -> 124.6, but B1 N16384 18.0 -> 20.2 and B16 N4096
-    37.2 -> 41.6 (the extra loops cost a few us per program). The FP8 tiles were not timed with it and keep
-    one masked loop. float32 operands (any float32 input, or q and cache of different types) take the FMA
-    path, whose operands live in registers: 16-row tiles.
+    in full in an unmasked loop of their own (`unmasked_interior`). At 64 rows: 6-14% faster at 128 heads,
+    B = 1 to 128. At 16 and 32 rows: at 16 heads `bench decode` went 164.6 -> 159.1 us (B128 N4096), 317.6 ->
+    303.7 (B128 N8192), 325.7 -> 314.0 (B32 N32768) and MTP q2 B64 142.1 -> 124.6. Small batches lost 2-4 us
+    (B1 N16384 18.0 -> 20.2, B16 N4096 37.2 -> 41.6) until the empty masked loops were skipped whole; since
+    then (decode_probe, one run): B1 18.7 -> 18.6, B16 37.5 -> 36.6, B64 N4096 90.7 -> 88.6, B128 N4096 165.9
+    -> 160.5. FP8 tiles keep one masked loop: with the interior loop they measured within 1% either way
+    at the default worker counts (decode_probe, 128 and 16 heads, B64 N4096). float32 operands (any float32 input, or q
+    and cache of different types) take the FMA path, whose operands live in registers: 16-row tiles.
 
     FP8 cache or q (`compute_dtype` given: the MMA operands' dtype): the e4m3 tile is copied to shared memory
     as it is (the copies pipeline), converted in registers (`pagedmla.kernels.fp8._e4m3_to_bf16`) and stored
@@ -135,7 +136,7 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
         if batch <= 16:
             return DecodeConfig(block_m=64, block_n=32, num_warps=8, num_stages=5, unmasked_interior=True)
         return DecodeConfig(block_m=64, block_n=64, num_warps=8, num_stages=2, unmasked_interior=True)
-    return DecodeConfig(block_m=block_m, block_n=64, num_warps=8, num_stages=5, unmasked_interior=batch >= 32)
+    return DecodeConfig(block_m=block_m, block_n=64, num_warps=8, num_stages=5, unmasked_interior=True)
 
 
 def combine_heuristic(*, num_workers: int, batch: int, kv_lora_rank: int,
