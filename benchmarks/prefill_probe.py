@@ -46,13 +46,41 @@ def _offsets(batch: int, per_seq: int):
     return (torch.arange(batch + 1, dtype=torch.int32) * per_seq).cuda()
 
 
+EXTRA_CONFIGS: list[tuple[PrefillConfig | None, bool]] = []  # from --config: (config or the heuristic's, fold)
+
+
+class _NoFold:
+    """Launches the prefill kernel with SCALE_POSITIVE off (the scale multiplied on its own, as before the fold),
+    for a same-run A/B of the folded exponent."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        launch = self.kernel[grid]
+        return lambda *args, **kw: launch(*args, **{**kw, "SCALE_POSITIVE": False})
+
+
+def parse_config(text: str) -> tuple[PrefillConfig | None, bool]:
+    """`default` or `block_m,block_n,warps,stages[,inner]`, then `[,nofold]`."""
+    parts = text.split(",")
+    fold = "nofold" not in parts
+    parts = [p for p in parts if p != "nofold"]
+    if parts == ["default"]:
+        return None, fold
+    m, n, w, st = (int(x) for x in parts[:4])
+    return PrefillConfig(m, n, w, st, heads_inner="inner" in parts[4:]), fold
+
+
 def prefill_cases(sweep: bool):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    configs = [PrefillConfig()]
+    configs = [(PrefillConfig(), True)]
     if sweep:
-        configs += [PrefillConfig(heads_inner=True), PrefillConfig(128, 64, 8, 3),
-                    PrefillConfig(128, 64, 8, 3, heads_inner=True)]
+        configs += [(PrefillConfig(heads_inner=True), True), (PrefillConfig(128, 64, 8, 3), True),
+                    (PrefillConfig(128, 64, 8, 3, heads_inner=True), True)]
+    if EXTRA_CONFIGS:
+        configs = EXTRA_CONFIGS
     for batch, length, heads in ((1, 8192, 128), (4, 4096, 128), (16, 1024, 128), (2, 4096, 16)):
         gen = torch.Generator().manual_seed(batch * length + heads)
         rows = batch * length
@@ -80,18 +108,25 @@ def prefill_cases(sweep: bool):
                 return torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale)
 
         yield dict(case=name, impl="torch sdpa cudnn", config="", fn=cudnn, flops=flops, baseline=True)
-        for cfg in configs:
-            def mine(cfg=cfg, q=q, k_buffer=k_buffer, offs=offs, zeros=zeros, blocks=blocks, table=table,
+        for cfg, fold in configs:
+            def mine(cfg=cfg, fold=fold, q=q, k_buffer=k_buffer, offs=offs, zeros=zeros, blocks=blocks, table=table,
                      out=out, lse=lse, scale=scale):
-                tpf.mla_prefill_kv_cache_ragged(q, k_buffer[..., :128], k_buffer[..., 128:], offs, zeros, offs,
-                                                blocks, zeros, table, None, 0, 0, scale, 1, 0, out, lse, cfg)
+                kernel = tpf._mla_prefill_kernel
+                if not fold:
+                    tpf._mla_prefill_kernel = _NoFold(kernel)
+                try:
+                    tpf.mla_prefill_kv_cache_ragged(q, k_buffer[..., :128], k_buffer[..., 128:], offs, zeros, offs,
+                                                    blocks, zeros, table, None, 0, 0, scale, 1, 0, out, lse, cfg)
+                finally:
+                    tpf._mla_prefill_kernel = kernel
                 return out
 
             def check(out=out, cudnn=cudnn, batch=batch, length=length, heads=heads):
                 ref = cudnn().transpose(1, 2).reshape(batch * length, heads, 128)
                 return float((out.float() - ref.float()).abs().max())
 
-            yield dict(case=name, impl="triton", config=repr(cfg), fn=mine, flops=flops, check=check)
+            tag = ("heuristic" if cfg is None else repr(cfg)) + ("" if fold else " nofold")
+            yield dict(case=name, impl="triton", config=tag, fn=mine, flops=flops, check=check)
 
 
 def decompress_cases(sweep: bool):
@@ -255,7 +290,11 @@ def main() -> None:
     parser.add_argument("--wait-pid", type=int, default=None, help="time only after this process exits")
     parser.add_argument("--only", default="", help="comma-separated subset: prefill,decompress,k_matmul,rows")
     parser.add_argument("--stress", action="store_true", help="also check k_matmul on adversarial caches")
+    parser.add_argument("--config", action="append", default=[],
+                        help="prefill configs to time instead (`default` = the heuristic's, or "
+                             "`block_m,block_n,warps,stages[,inner]`; `,nofold` appended: scale not folded)")
     args = parser.parse_args()
+    EXTRA_CONFIGS.extend(parse_config(c) for c in args.config)
     stress = []
     if args.stress:
         try:
