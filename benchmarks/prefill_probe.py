@@ -46,39 +46,25 @@ def _offsets(batch: int, per_seq: int):
     return (torch.arange(batch + 1, dtype=torch.int32) * per_seq).cuda()
 
 
-EXTRA_CONFIGS: list[tuple[PrefillConfig | None, bool]] = []  # from --config: (config or the heuristic's, fold)
+EXTRA_CONFIGS: list[PrefillConfig | None] = []  # from --config (None: the heuristic's)
 
 
-class _NoFold:
-    """Launches the prefill kernel with SCALE_POSITIVE off (the scale multiplied on its own, as before the fold),
-    for a same-run A/B of the folded exponent."""
-
-    def __init__(self, kernel):
-        self.kernel = kernel
-
-    def __getitem__(self, grid):
-        launch = self.kernel[grid]
-        return lambda *args, **kw: launch(*args, **{**kw, "SCALE_POSITIVE": False})
-
-
-def parse_config(text: str) -> tuple[PrefillConfig | None, bool]:
-    """`default` or `block_m,block_n,warps,stages[,inner]`, then `[,nofold]`."""
+def parse_config(text: str) -> PrefillConfig | None:
+    """`default` (the heuristic's) or `block_m,block_n,warps,stages[,inner]`."""
+    if text == "default":
+        return None
     parts = text.split(",")
-    fold = "nofold" not in parts
-    parts = [p for p in parts if p != "nofold"]
-    if parts == ["default"]:
-        return None, fold
     m, n, w, st = (int(x) for x in parts[:4])
-    return PrefillConfig(m, n, w, st, heads_inner="inner" in parts[4:]), fold
+    return PrefillConfig(m, n, w, st, heads_inner="inner" in parts[4:])
 
 
 def prefill_cases(sweep: bool):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    configs = [(PrefillConfig(), True)]
+    configs = [PrefillConfig()]
     if sweep:
-        configs += [(PrefillConfig(heads_inner=True), True), (PrefillConfig(128, 64, 8, 3), True),
-                    (PrefillConfig(128, 64, 8, 3, heads_inner=True), True)]
+        configs += [PrefillConfig(heads_inner=True), PrefillConfig(128, 64, 8, 3),
+                    PrefillConfig(128, 64, 8, 3, heads_inner=True)]
     if EXTRA_CONFIGS:
         configs = EXTRA_CONFIGS
     for batch, length, heads in ((1, 8192, 128), (4, 4096, 128), (16, 1024, 128), (2, 4096, 16)):
@@ -108,25 +94,19 @@ def prefill_cases(sweep: bool):
                 return torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale)
 
         yield dict(case=name, impl="torch sdpa cudnn", config="", fn=cudnn, flops=flops, baseline=True)
-        for cfg, fold in configs:
-            def mine(cfg=cfg, fold=fold, q=q, k_buffer=k_buffer, offs=offs, zeros=zeros, blocks=blocks, table=table,
+        for cfg in configs:
+            def mine(cfg=cfg, q=q, k_buffer=k_buffer, offs=offs, zeros=zeros, blocks=blocks, table=table,
                      out=out, lse=lse, scale=scale):
-                kernel = tpf._mla_prefill_kernel
-                if not fold:
-                    tpf._mla_prefill_kernel = _NoFold(kernel)
-                try:
-                    tpf.mla_prefill_kv_cache_ragged(q, k_buffer[..., :128], k_buffer[..., 128:], offs, zeros, offs,
-                                                    blocks, zeros, table, None, 0, 0, scale, 1, 0, out, lse, cfg)
-                finally:
-                    tpf._mla_prefill_kernel = kernel
+                tpf.mla_prefill_kv_cache_ragged(q, k_buffer[..., :128], k_buffer[..., 128:], offs, zeros, offs,
+                                                blocks, zeros, table, None, 0, 0, scale, 1, 0, out, lse, cfg)
                 return out
 
             def check(out=out, cudnn=cudnn, batch=batch, length=length, heads=heads):
                 ref = cudnn().transpose(1, 2).reshape(batch * length, heads, 128)
                 return float((out.float() - ref.float()).abs().max())
 
-            tag = ("heuristic" if cfg is None else repr(cfg)) + ("" if fold else " nofold")
-            yield dict(case=name, impl="triton", config=tag, fn=mine, flops=flops, check=check)
+            yield dict(case=name, impl="triton", config="heuristic" if cfg is None else repr(cfg), fn=mine,
+                       flops=flops, check=check)
 
 
 def decompress_cases(sweep: bool):
@@ -292,7 +272,7 @@ def main() -> None:
     parser.add_argument("--stress", action="store_true", help="also check k_matmul on adversarial caches")
     parser.add_argument("--config", action="append", default=[],
                         help="prefill configs to time instead (`default` = the heuristic's, or "
-                             "`block_m,block_n,warps,stages[,inner]`; `,nofold` appended: scale not folded)")
+                             "`block_m,block_n,warps,stages[,inner]`)")
     args = parser.parse_args()
     EXTRA_CONFIGS.extend(parse_config(c) for c in args.config)
     stress = []

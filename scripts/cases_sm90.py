@@ -77,7 +77,7 @@ def prefill(block_m: int, block_n: int, warps: int, stages: int):
     types.update({"lse_ptr": "*fp32", "scales_ptr": "*fp32"})
     const = dict(D_NOPE=128, D_ROPE=64, D_V=128, BLOCK_DN=128, BLOCK_DR=64, BLOCK_DV=128, BLOCK_M=block_m,
                  BLOCK_N=block_n, MASK=1, PAGE_SIZE=64, GROUP=576, SCALED=False, SEARCH_CHUNKS=1, SEARCH_BLOCK=64,
-                 INTERPRET=False, HEADS_INNER=True, SCALE_POSITIVE=True)
+                 INTERPRET=False, HEADS_INNER=True)
     return _mla_prefill_kernel, types, const, warps, stages
 
 

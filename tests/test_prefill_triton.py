@@ -203,9 +203,9 @@ def test_prefill_long_sequences(mask, window):
 
 @pytest.mark.parametrize("scale", [-4.0, 0.0])
 def test_prefill_scale_that_is_not_positive(scale):
-    """Fully visible blocks fold a positive scale into the exponent (max(s) * scale is max(s * scale) only for
-    scale > 0); zero and negative scales take the plain path. At -4 the scaled logits span ~250 in base 2: a
-    running max taken the wrong way overflows exp2 (checked: forcing the folded path fails here)."""
+    """Zero and negative scales: at -4 the scaled logits span ~250 in base 2, so a running max taken on the
+    unscaled logits (max(s) * scale is max(s * scale) only for scale > 0) would overflow exp2 (checked with
+    such a variant: it fails here)."""
     pb = _batch(16, lengths=([46, 0, 17, 15], [70, 50, 33, 20]))
     _check_prefill(pb, pb.kv, mask="causal", chunks=2, scale=scale)
 

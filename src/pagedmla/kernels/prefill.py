@@ -87,7 +87,7 @@ def _attend_block(
     D_NOPE: tl.constexpr, D_ROPE: tl.constexpr, D_V: tl.constexpr,
     BLOCK_DN: tl.constexpr, BLOCK_DR: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK: tl.constexpr, MASKED: tl.constexpr, PAGE_SIZE: tl.constexpr, GROUP: tl.constexpr,
-    SCALED: tl.constexpr, INTERPRET: tl.constexpr, SCALE_POSITIVE: tl.constexpr,
+    SCALED: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """One key block [start, start + BLOCK_N) of the online softmax. MASKED blocks apply the mask and the
     bounds (and load nothing past them: unused cache slots may hold NaN); unmasked blocks are fully visible.
@@ -125,24 +125,20 @@ def _attend_block(
             kr = kr.to(tl.float32) * load_or_zero(scales_ptr + srows[None, :] + ((rope_start + dr) // GROUP)[:, None],
                                                    kr_mask)
         s = dot(q_rope, kr.to(q_rope.dtype), s, INTERPRET, q_rope.dtype == tl.float32)
+    # (Folding qk_scale into the exponent's FMA, with the running max taken on the raw logits, took the sm_90a
+    # unmasked loop from 803 to 740 instructions but measured 4-5% slower on the H200 at every prefill shape of
+    # BENCHMARKS.md: not done.)
+    s = s * qk_scale
     if MASKED:
-        s = s * qk_scale
         vis = mask_visible(q_abs[:, None], k_pos[None, :], num_keys, MASK, window) & j_ok[None, :]
         s = tl.where(vis, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    if MASKED:
         # a row with nothing visible yet keeps m = -inf; shift by 0 so exp2 gives 0, never NaN
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(s - m_use[:, None])
-    elif SCALE_POSITIVE:
-        # max(s * c) = max(s) * c for c > 0 (rounding is monotonic): the scale folds into one FMA per logit
-        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-        m_use = m_new
-        p = tl.math.exp2(s * qk_scale - m_use[:, None])
     else:
-        s = s * qk_scale
-        m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = m_new
-        p = tl.math.exp2(s - m_use[:, None])
+    p = tl.math.exp2(s - m_use[:, None])
     alpha = tl.math.exp2(m_i - m_use)
     l_i = l_i * alpha + tl.sum(p, 1)
     v = load_or_zero(v_ptr + key_rows[:, None] * stride_v_r + dv[None, :], v_mask)
@@ -168,7 +164,7 @@ def _attend_range(
     D_NOPE: tl.constexpr, D_ROPE: tl.constexpr, D_V: tl.constexpr,
     BLOCK_DN: tl.constexpr, BLOCK_DR: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK: tl.constexpr, MASKED: tl.constexpr, PAGE_SIZE: tl.constexpr, GROUP: tl.constexpr,
-    SCALED: tl.constexpr, INTERPRET: tl.constexpr, SCALE_POSITIVE: tl.constexpr,
+    SCALED: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Key blocks starting at lo, lo + BLOCK_N, ... below hi. Compiled: a pipelined for loop. Interpreted: a
     while loop (with NumPy >= 2.4 the interpreter cannot take a runtime bound in range())."""
@@ -183,7 +179,7 @@ def _attend_range(
                 key_pos0, num_valid, num_keys, layer_idx, window, qk_scale, rope_start,
                 stride_k_r, stride_v_r, stride_blk_b, stride_blk_l, stride_blk_s, stride_sc_b, stride_sc_l,
                 stride_sc_s, D_NOPE, D_ROPE, D_V, BLOCK_DN, BLOCK_DR, BLOCK_DV, BLOCK_N, MASK, MASKED,
-                PAGE_SIZE, GROUP, SCALED, INTERPRET, SCALE_POSITIVE)
+                PAGE_SIZE, GROUP, SCALED, INTERPRET)
             start += BLOCK_N
     else:
         for start in range(lo, hi, BLOCK_N):
@@ -194,7 +190,7 @@ def _attend_range(
                 key_pos0, num_valid, num_keys, layer_idx, window, qk_scale, rope_start,
                 stride_k_r, stride_v_r, stride_blk_b, stride_blk_l, stride_blk_s, stride_sc_b, stride_sc_l,
                 stride_sc_s, D_NOPE, D_ROPE, D_V, BLOCK_DN, BLOCK_DR, BLOCK_DV, BLOCK_N, MASK, MASKED,
-                PAGE_SIZE, GROUP, SCALED, INTERPRET, SCALE_POSITIVE)
+                PAGE_SIZE, GROUP, SCALED, INTERPRET)
     return acc, m_i, l_i
 
 
@@ -210,15 +206,13 @@ def _mla_prefill_kernel(
     BLOCK_DN: tl.constexpr, BLOCK_DR: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PAGE_SIZE: tl.constexpr,
     GROUP: tl.constexpr, SCALED: tl.constexpr, SEARCH_CHUNKS: tl.constexpr, SEARCH_BLOCK: tl.constexpr,
-    INTERPRET: tl.constexpr, HEADS_INNER: tl.constexpr, SCALE_POSITIVE: tl.constexpr,
+    INTERPRET: tl.constexpr, HEADS_INNER: tl.constexpr,
 ):
     """Program (tile slot, head). Sequence b owns tile slots [offsets[b] // BLOCK_M + b, offsets[b+1] // BLOCK_M
     + b + 1), at least ceil(n_b / BLOCK_M) of them, so the grid `T // BLOCK_M + B` needs no host sync; within a
     sequence the last (for causal masks the heaviest) query tile runs first. HEADS_INNER: a 1-D grid whose
     program ids walk every head of a slot before the next slot, so the heaviest tiles of all heads start first
-    and the last wave holds light tiles; else a 2-D grid (slot, head). SCALE_POSITIVE: qk_scale > 0, so the
-    fully visible blocks fold it into the exponent's FMA. (Skipping a causal tile's empty leading masked range
-    with an `if` around its loop cost the sm_90a loops barriers and serialized MMAs: not done.)"""
+    and the last wave holds light tiles; else a 2-D grid (slot, head)."""
     if HEADS_INNER:
         slot_id = tl.program_id(0) // num_heads
         head = tl.program_id(0) % num_heads
@@ -281,7 +275,7 @@ def _mla_prefill_kernel(
             key_row0, key_pos0, num_valid, num_keys, layer_idx, window, qk_scale, rope_start,
             stride_k_r, stride_v_r, stride_blk_b, stride_blk_l, stride_blk_s, stride_sc_b, stride_sc_l,
             stride_sc_s, D_NOPE, D_ROPE, D_V, BLOCK_DN, BLOCK_DR, BLOCK_DV, BLOCK_N, MASK, part != 1, PAGE_SIZE,
-            GROUP, SCALED, INTERPRET, SCALE_POSITIVE)
+            GROUP, SCALED, INTERPRET)
 
     has_key = l_i > 0.0
     l_safe = tl.where(has_key, l_i, 1.0)
