@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: the prefill's folded exponent (same-run A/B) and 64-row,
-# one-warpgroup tiles (two programs per SM), after the prefill gpu tests.
+# One device call (edit per session). This one (session 4, last): the decode gpu tests, then `bench decode` and
+# `bench mtp` for BENCHMARKS.md, after the plan (tail cost, exact spans) and interior-loop changes.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-timeout 100 python3 -m pytest -q -m gpu tests/test_prefill_triton.py -p no:cacheprovider 2>&1 | tail -2
-timeout 330 python3 benchmarks/prefill_probe.py --only prefill --config default --config default,nofold \
-  --config 64,64,4,2 --config 64,64,4,3 --config 64,64,4,2,inner --json "$OUT/prefill.json" > "$OUT/prefill.txt" 2>&1
-grep -E "^prefill|FAILED|compiled" "$OUT/prefill.txt"
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+  echo "commit ${COMMIT:-unknown}"; } 2>&1 | tee "$OUT/env.txt"
+timeout 300 python3 -m pytest -q -m gpu tests/test_decode_triton.py -p no:cacheprovider \
+  -rf > "$OUT/gpu-tests-decode.log" 2>&1; echo "tests rc=$?"; tail -3 "$OUT/gpu-tests-decode.log"
+timeout 140 python3 -m pagedmla.cli bench decode --no-reference --commit "${COMMIT:-unknown}" \
+  --json "$OUT/decode.json" > "$OUT/decode.txt" 2>&1
+timeout 80 python3 -m pagedmla.cli bench mtp --no-reference --commit "${COMMIT:-unknown}" \
+  --json "$OUT/mtp.json" > "$OUT/mtp.txt" 2>&1
+grep -v "^\[" "$OUT/decode.txt" | tail -16; grep -v "^\[" "$OUT/mtp.txt" | tail -8

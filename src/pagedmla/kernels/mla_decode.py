@@ -10,7 +10,7 @@ partial slot (`2w` for the worker's first sequence, `2w + 1` for its last) as a 
 and `_mla_decode_combine_kernel` merges the pieces by LSE.
 
 Schedule (int32 `[1 + W + B, 4]`, written by the plan kernel, read by the others):
-    row 0: granularity (keys per block), payload (most cost per worker), total cost, W
+    row 0: granularity (keys per block), payload (cost per worker), total cost, W
     row 1 + w: worker w: first sequence, its first key, last sequence, the key it stops before
         (last sequence == B: runs to the end of the batch)
     row 1 + W + b: sequence b: first worker, last worker, partial slot of the first worker, 0
@@ -51,30 +51,17 @@ def _sequence_costs(offsets_ptr, cache_lengths_ptr, b, batch, granularity, fixed
 
 
 @triton.jit
-def _span_start(w, total, busy):
-    """Where worker w's cost span starts: floor(w * total / busy), for `busy = min(W, total)` workers with spans
-    of one unit or more (workers past them get empty spans at the end; int64: w * total can pass 2^31)."""
-    return (tl.minimum(w, busy).to(tl.int64) * total // tl.maximum(busy, 1)).to(tl.int32)
-
-
-@triton.jit
-def _span_owner(x, total, busy):
-    """The worker whose span holds cost unit x (< total): the last w with _span_start(w) <= x."""
-    return (((x + 1).to(tl.int64) * busy - 1) // tl.maximum(total, 1)).to(tl.int32)
-
-
-@triton.jit
 def _mla_decode_plan_kernel(
     offsets_ptr, cache_lengths_ptr, schedule_ptr,
     batch, num_workers, granularity, fixed_cost, tail_cost,
     BLOCK_B: tl.constexpr, BLOCK_W: tl.constexpr,
 ):
     """Program p fills the rows of workers `[p * BLOCK_W, (p + 1) * BLOCK_W)`; program 0 also fills the header
-    and the sequence rows. Worker w owns the cost span `[floor(w * total / W), floor((w + 1) * total / W))`
-    (W capped at total, so that every span holds a unit and a sequence's pieces sit on consecutive workers):
-    spans differ by at most one unit (rounding the span up to whole units left up to W / 2 workers idle, e.g.
-    10 of 128 at 16 heads, B = 16). A sequence's span is `fixed_cost - tail_cost` units (loading q), its key
-    blocks, then `tail_cost` units (writing its result): a sequence split in two gives each half as many blocks."""
+    and the sequence rows. Worker w owns the cost span `[w * payload, (w + 1) * payload)` (payload: total / W
+    rounded up, so that every span holds a unit; spans of exactly total / W units give no worker less than
+    payload - 1 but the busiest the same payload, and split more sequences). A sequence's span is
+    `fixed_cost - tail_cost` units (loading q), its key blocks, then `tail_cost` units (writing its result): a
+    sequence split in two gives each half as many blocks."""
     pid = tl.program_id(0)
     ob = tl.arange(0, BLOCK_B)
     head_cost = fixed_cost - tail_cost
@@ -84,11 +71,10 @@ def _mla_decode_plan_kernel(
         total += tl.sum(_sequence_costs(offsets_ptr, cache_lengths_ptr, b0 + ob, batch, granularity, fixed_cost), 0)
         b0 += BLOCK_B
     payload = tl.maximum((total + num_workers - 1) // num_workers, 1)
-    busy = tl.minimum(num_workers, total)
 
     w = pid * BLOCK_W + tl.arange(0, BLOCK_W)
-    x_start = _span_start(w, total, busy)
-    x_end = _span_start(w + 1, total, busy)
+    x_start = w * payload
+    x_end = x_start + payload
     # sequences that end at or before x, and their summed cost: the sequence holding x and where it starts
     n_start = tl.zeros([BLOCK_W], dtype=tl.int32)
     c_start = tl.zeros([BLOCK_W], dtype=tl.int32)
@@ -110,10 +96,10 @@ def _mla_decode_plan_kernel(
         if pid == 0:
             begins = ends - cost
             # the workers holding the sequence's first and last key blocks
-            first = _span_owner(begins + head_cost, total, busy)
-            last = _span_owner(ends - tail_cost - 1, total, busy)
+            first = (begins + head_cost) // payload
+            last = (ends - tail_cost - 1) // payload
             # the first worker's piece is its first sequence (slot 2w) only if its span starts inside b
-            slot = 2 * first + (_span_start(first, total, busy) < begins).to(tl.int32)
+            slot = 2 * first + (first * payload < begins).to(tl.int32)
             has = cost > 0
             row = schedule_ptr + (1 + num_workers + b) * 4
             tl.store(row, tl.where(has, first, -1), mask=ok)
@@ -299,7 +285,8 @@ def _attend_range(acc, m_i, l_i, lo, hi, q_nope, q_rope, qs, qs_rope, key_hi, t,
                 qk_scale, KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
                 LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, PREFETCH_TABLE, MASKED)
     else:
-        # (64-row tiles: the guard measured no gain to win and costs the hot loops registers and serialized MMAs)
+        # (64-row tiles: the guard cost their sm_90a hot loops spills, barriers and serialized MMAs in
+        # scripts/compile_sm90.py, so they keep the unguarded loops)
         acc, m_i, l_i = _attend_loop(
             acc, m_i, l_i, lo, hi, q_nope, q_rope, qs, qs_rope, key_hi, t, num_heads, num_q, num_keys, seg_lo,
             seg_hi, mask_code, window, blocks_ptr, scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset,
