@@ -3,8 +3,9 @@
 Work decomposition. The rows of sequence b are its `n_b * H` (query token, head) pairs, flattened as
 `i = s * H + h`; a program owns one tile of `BLOCK_M` consecutive rows, so every cache row it reads serves all
 heads (and all query tokens) of the tile. Along the keys, the scheduler (`_mla_decode_plan_kernel`, once per
-step) lays every sequence's key blocks end to end, each between the fixed costs of starting and finishing it, and cuts the line
-into `num_workers` equal spans; worker w processes its span for every row tile (grid `num_workers * num_tiles`).
+step) lays every sequence's key blocks end to end, each between the fixed costs of starting and finishing it, and
+cuts the line into `num_workers` equal spans; worker w processes its span for every row tile (grid
+`num_workers * num_tiles`).
 A sequence that one worker covers whole is written straight to `out`; a piece of a split sequence goes to a
 partial slot (`2w` for the worker's first sequence, `2w + 1` for its last) as a normalized output and its LSE,
 and `_mla_decode_combine_kernel` merges the pieces by LSE.
@@ -276,66 +277,40 @@ def _attend_range(acc, m_i, l_i, lo, hi, q_nope, q_rope, qs, qs_rope, key_hi, t,
     are computed here, for masked ranges only, so that they hold no registers during the unmasked one. An empty
     masked range of a 16/32-row tile skips the loop whole: a pipelined loop's prologue still issues its
     (predicated-off) copies and waits for them."""
+    # 64-row tiles keep unguarded loops: the guard cost their sm_90a hot loops spills, barriers and serialized
+    # MMAs (scripts/compile_sm90.py); for them `run` stays a compile-time True
+    run = True
     if MASKED and BLOCK_M < 64:
-        if lo < hi:
-            acc, m_i, l_i = _attend_loop(
-                acc, m_i, l_i, lo, hi, q_nope, q_rope, qs, qs_rope, key_hi, t, num_heads, num_q, num_keys, seg_lo,
-                seg_hi, mask_code, window, blocks_ptr, scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset,
-                r_layer_offset, page_size, stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s,
-                qk_scale, KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
-                LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, PREFETCH_TABLE, MASKED)
-    else:
-        # (64-row tiles: the guard cost their sm_90a hot loops spills, barriers and serialized MMAs in
-        # scripts/compile_sm90.py, so they keep the unguarded loops)
-        acc, m_i, l_i = _attend_loop(
-            acc, m_i, l_i, lo, hi, q_nope, q_rope, qs, qs_rope, key_hi, t, num_heads, num_q, num_keys, seg_lo,
-            seg_hi, mask_code, window, blocks_ptr, scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset,
-            r_layer_offset, page_size, stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s,
-            qk_scale, KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
-            LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, PREFETCH_TABLE, MASKED)
-    return acc, m_i, l_i
-
-
-@triton.jit
-def _attend_loop(acc, m_i, l_i, lo, hi, q_nope, q_rope, qs, qs_rope, key_hi, t, num_heads, num_q, num_keys, seg_lo,
-                 seg_hi, mask_code, window, blocks_ptr,
-                 scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
-                 stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
-                 KV_LORA_RANK: tl.constexpr, ROPE_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_IN_PAGE: tl.constexpr, INTERPRET: tl.constexpr, IEEE: tl.constexpr, QUANT: tl.constexpr,
-                 G: tl.constexpr, LAT_MODE: tl.constexpr, LAT_NG: tl.constexpr, LAT_GS: tl.constexpr,
-                 ROPE_MODE: tl.constexpr, ROPE_NG: tl.constexpr, ROPE_GS: tl.constexpr, CD: tl.constexpr,
-                 ROPE_AWARE: tl.constexpr, ROPE_OFF: tl.constexpr, SPLIT_QS: tl.constexpr,
-                 PREFETCH_TABLE: tl.constexpr, MASKED: tl.constexpr):
-    """`_attend_range` of a range with at least one block."""
-    if MASKED:
-        vis_lo, vis_hi = _row_intervals(t, num_heads, num_q, num_keys, seg_lo, seg_hi, mask_code, window, BLOCK_M)
-    else:
-        vis_lo = 0
-        vis_hi = 0
-    next_page_block = _page_block(lookup_row, lo, hi, page_size, BLOCK_IN_PAGE and PREFETCH_TABLE)
-    if INTERPRET:
-        k0 = lo
-        while k0 < hi:
-            page_block, next_page_block = _table_entries(lookup_row, k0, hi, page_size, next_page_block, BLOCK_N,
-                                                         BLOCK_IN_PAGE, PREFETCH_TABLE)
-            acc, m_i, l_i = _attend_block(
-                acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi, blocks_ptr,
-                scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
-                stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
-                KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
-                LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, MASKED)
-            k0 += BLOCK_N
-    else:
-        for k0 in range(lo, hi, BLOCK_N):
-            page_block, next_page_block = _table_entries(lookup_row, k0, hi, page_size, next_page_block, BLOCK_N,
-                                                         BLOCK_IN_PAGE, PREFETCH_TABLE)
-            acc, m_i, l_i = _attend_block(
-                acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi, blocks_ptr,
-                scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
-                stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
-                KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
-                LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, MASKED)
+        run = lo < hi
+    if run:
+        if MASKED:
+            vis_lo, vis_hi = _row_intervals(t, num_heads, num_q, num_keys, seg_lo, seg_hi, mask_code, window, BLOCK_M)
+        else:
+            vis_lo = 0
+            vis_hi = 0
+        next_page_block = _page_block(lookup_row, lo, hi, page_size, BLOCK_IN_PAGE and PREFETCH_TABLE)
+        if INTERPRET:
+            k0 = lo
+            while k0 < hi:
+                page_block, next_page_block = _table_entries(lookup_row, k0, hi, page_size, next_page_block, BLOCK_N,
+                                                             BLOCK_IN_PAGE, PREFETCH_TABLE)
+                acc, m_i, l_i = _attend_block(
+                    acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi, blocks_ptr,
+                    scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
+                    stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
+                    KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
+                    LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, MASKED)
+                k0 += BLOCK_N
+        else:
+            for k0 in range(lo, hi, BLOCK_N):
+                page_block, next_page_block = _table_entries(lookup_row, k0, hi, page_size, next_page_block, BLOCK_N,
+                                                             BLOCK_IN_PAGE, PREFETCH_TABLE)
+                acc, m_i, l_i = _attend_block(
+                    acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi, blocks_ptr,
+                    scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
+                    stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
+                    KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
+                    LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, MASKED)
     return acc, m_i, l_i
 
 
