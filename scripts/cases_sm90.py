@@ -83,7 +83,8 @@ def prefill(block_m: int, block_n: int, warps: int, stages: int):
 
 CASES.update({f"prefill-m{m}-n{n}-w{w}-s{s}": partial(prefill, m, n, w, s)
               for m, n, w, s in ((128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 4, 3),
-                                 (64, 128, 4, 2), (128, 64, 8, 4), (64, 64, 4, 2), (64, 64, 4, 3), (64, 128, 4, 1))})
+                                 (64, 128, 4, 2), (128, 64, 8, 4), (64, 64, 4, 2), (64, 64, 4, 3), (64, 128, 4, 1),
+                                 (128, 64, 8, 2))})
 
 
 def prefill_fp8(block_m: int, block_n: int, warps: int, stages: int, group: int = 64):

@@ -1,12 +1,10 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: main after the guard moved to one call site (53a6707): the
-# 16-head decode gpu tests and `bench decode --heads 16`.
+# One device call (edit per session). This one: the prefill's 128 x 64 tiles at 2 stages (no serialized warpgroup
+# MMAs in sm_90a) against 3 stages (the heuristic's for prompts of 2048 rows or fewer) and the default.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-timeout 120 python3 -m pytest -q -m gpu tests/test_decode_triton.py -k "H16 or variants or graph or partitions" \
-  -p no:cacheprovider -rf > "$OUT/gpu-tests-h16.log" 2>&1; echo "tests rc=$?"; tail -2 "$OUT/gpu-tests-h16.log"
-timeout 80 python3 -m pagedmla.cli bench decode --heads 16 --no-reference --commit "${COMMIT:-unknown}" \
-  > "$OUT/decode16.txt" 2>&1
-grep -v "^\[" "$OUT/decode16.txt" | tail -9
+timeout 200 python3 benchmarks/prefill_probe.py --only prefill --config 128,128,8,2 --config 128,64,8,2 \
+  --config 128,64,8,3 > "$OUT/prefill.txt" 2>&1
+grep -E "^prefill|FAILED|compiled" "$OUT/prefill.txt"
