@@ -101,9 +101,10 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     303.7 (B128 N8192), 325.7 -> 314.0 (B32 N32768) and MTP q2 B64 142.1 -> 124.6. Small batches lost 2-4 us
     (B1 N16384 18.0 -> 20.2, B16 N4096 37.2 -> 41.6) until the empty masked loops were skipped whole; since
     then (decode_probe, one run): B1 18.7 -> 18.6, B16 37.5 -> 36.6, B64 N4096 90.7 -> 88.6, B128 N4096 165.9
-    -> 160.5. FP8 tiles keep one masked loop: with the interior loop they measured within 1% either way
-    at the default worker counts (decode_probe, 128 and 16 heads, B64 N4096). float32 operands (any float32 input, or q
-    and cache of different types) take the FMA path, whose operands live in registers: 16-row tiles.
+    -> 160.5. FP8 tiles keep one masked loop: with the interior loop they measured within 1% either way at
+    the default worker counts (decode_probe, 128 and 16 heads, B64 N4096). float32 operands (any float32
+    input, or q and cache of different types) take the FMA path, whose operands live in registers: 16-row
+    tiles.
 
     FP8 cache or q (`compute_dtype` given: the MMA operands' dtype): the e4m3 tile is copied to shared memory
     as it is (the copies pipeline), converted in registers (`pagedmla.kernels.fp8._e4m3_to_bf16`) and stored

@@ -35,9 +35,9 @@ def prefill_heuristic(*, fp8_cache: bool = False, interpret: bool = False,
     tiles, 8 warps, double-buffered for long prompts (0.64-0.66 of cuDNN at 4096-8192 tokens per sequence,
     128 x 64 tiles 0.58-0.63); 128 x 64 tiles at 3 stages when sequences average 2048 new rows or fewer
     (0.56 of cuDNN at 16 x 1024 against 0.49: more, smaller diagonal tiles balance better; ptxas serializes
-    their warpgroup MMAs at 3 stages, yet 2 stages, which it does not, measured slower: 0.551 against 0.574). FP8 caches take
-    128 x 64, whose rope scales would not fit in shared memory beside 128-key tiles; 16 x 16 under the
-    interpreter so tiny tests cross tile edges.
+    their warpgroup MMAs at 3 stages, yet 2 stages, which it does not, measured slower: 0.551 against 0.574).
+    FP8 caches take 128 x 64, whose rope scales would not fit in shared memory beside 128-key tiles; 16 x 16
+    under the interpreter so tiny tests cross tile edges.
 
     16 heads or fewer walk the heads of a tile first (`heads_inner`: 0.68 of cuDNN against 0.62 at 2 x 4096,
     16 heads, the heaviest tiles of every head start first). At 128 heads that order ran 10-15% slower

@@ -58,9 +58,9 @@ def _mla_decode_plan_kernel(
     BLOCK_B: tl.constexpr, BLOCK_W: tl.constexpr,
 ):
     """Program p fills the rows of workers `[p * BLOCK_W, (p + 1) * BLOCK_W)`; program 0 also fills the header
-    and the sequence rows. Worker w owns the cost span `[w * payload, (w + 1) * payload)` (payload: total / W
-    rounded up, so that every span holds a unit; spans of exactly total / W units give no worker less than
-    payload - 1 but the busiest the same payload, and split more sequences). A sequence's span is
+    and the sequence rows. Worker w owns the cost span `[w * payload, (w + 1) * payload)`, payload = total / W
+    rounded up (spans of exactly total / W units were tried: the busiest worker keeps the same load and more
+    sequences get split). A sequence's span is
     `fixed_cost - tail_cost` units (loading q), its key blocks, then `tail_cost` units (writing its result): a
     sequence split in two gives each half as many blocks."""
     pid = tl.program_id(0)
