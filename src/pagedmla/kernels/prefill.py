@@ -126,7 +126,7 @@ def _attend_block(
                                                    kr_mask)
         s = dot(q_rope, kr.to(q_rope.dtype), s, INTERPRET, q_rope.dtype == tl.float32)
     # (Folding qk_scale into the exponent's FMA, with the running max taken on the raw logits, took the sm_90a
-    # unmasked loop from 803 to 740 instructions but measured 4-5% slower on the H200 at every prefill shape of
+    # unmasked loop from 803 to 740 instructions but measured 4-6% slower on the H200 at every prefill shape of
     # BENCHMARKS.md: not done.)
     s = s * qk_scale
     if MASKED:
