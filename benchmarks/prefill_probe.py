@@ -19,6 +19,7 @@ import math
 import os
 import time
 import traceback
+from dataclasses import replace
 
 import torch
 import triton
@@ -147,14 +148,17 @@ def decompress_cases(sweep: bool):
 
 
 def k_matmul_cases(sweep: bool):
-    configs = [MatmulToCacheConfig(), MatmulToCacheConfig(tma=True)]
+    big = MatmulToCacheConfig(128, 128, 64, 8, 8, 3, tma=True)  # the heuristic's tile from 1024 rows
+    configs = {4096: [None, big], 1024: [None, big], 256: [None, MatmulToCacheConfig()],
+               64: [None, MatmulToCacheConfig(64, 64, 128, 1, 4, 4)]}
     if sweep:
-        tail = MatmulToCacheConfig(64, 64, 128, 8, 4, 3, tma=True)
-        configs += [MatmulToCacheConfig(128, 64, 128, 8, 4, 3, tma=True),
-                    MatmulToCacheConfig(128, 128, 64, 8, 8, 3, tma=True),
-                    MatmulToCacheConfig(128, 128, 64, 8, 8, 4, tma=True, tail=tail),
-                    MatmulToCacheConfig(64, 64, 128, 8, 4, 4, tma=True)]
-    for tokens in (4096, 256):
+        configs[4096] += [replace(big, tail_block_n=64, tail_split_k=s) for s in (1, 2, 4, 8)]
+        configs[1024] += [replace(big, split_k=s, tail_block_n=64, tail_split_k=t) for s, t in ((2, 8), (4, 4))]
+        configs[256] += [MatmulToCacheConfig(split_k=s) for s in (2, 4, 8)] + [
+            MatmulToCacheConfig(128, 64, 64, 8, 4, 4, tma=True, split_k=7)]
+        configs[64] += [MatmulToCacheConfig(64, 64, 128, 1, 4, 4, split_k=s) for s in (4, 14)] + [
+            MatmulToCacheConfig(64, 64, 64, 1, 4, 4, split_k=8)]
+    for tokens in configs:
         gen = torch.Generator().manual_seed(tokens)
         batch = 4
         blocks, table = _paged(batch, tokens // batch, gen)
@@ -170,9 +174,7 @@ def k_matmul_cases(sweep: bool):
             return torch.mm(x, w.t(), out=c)
 
         yield dict(case=name, impl="torch.matmul", config="", fn=matmul, flops=flops, baseline=True)
-        run_cfgs = configs if tokens > 256 else [None, MatmulToCacheConfig(64, 64, 128, 1, 4, 4, tma=True),
-                                                 MatmulToCacheConfig(64, 32, 128, 1, 4, 4, tma=True)]
-        for cfg in run_cfgs:
+        for cfg in configs[tokens]:
             def mine(cfg=cfg, x=x, offs=offs, w=w, blocks=blocks, zeros=zeros, table=table):
                 tcw.k_matmul_ragged_paged(x, offs, w, blocks, zeros, table, 0, cfg)
 

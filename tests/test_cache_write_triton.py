@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pagedmla import ops
-from pagedmla.configs.cache_write import MatmulToCacheConfig
+from pagedmla.configs.cache_write import MAX_SPLIT_K, MatmulToCacheConfig, matmul_to_cache_heuristic
 from pagedmla.ops import _triton_cache_write
 from pagedmla.testing import adversarial_lengths, assert_close, assert_close_to_reference, make_paged_batch
 
@@ -65,19 +65,30 @@ def _check_blocks(actual, expected, lowprec=None, eps=1e-5):
         raise AssertionError(f"{exc}; {_where_blocks_differ(actual.float(), expected.float(), bound)}") from None
 
 
+# 80 output columns, 48 input features (3 K blocks of 16): tail tiles for columns [64, 80), K splits into pieces
+# of 2 + 1 blocks (split 2), 1 + 1 + 1 (split 3) and 1 + 1 + 1 + 0 (split 4: an empty last piece)
 _TAIL = MatmulToCacheConfig(block_m=16, block_n=32, block_k=16, group_m=1, num_warps=1, num_stages=1,
-                             tail=MatmulToCacheConfig(block_m=32, block_n=16, block_k=32, group_m=1, num_warps=1,
-                                                      num_stages=1))
+                            tail_block_n=16, tail_split_k=3)
+_SPLIT = MatmulToCacheConfig(block_m=16, block_n=32, block_k=16, group_m=2, num_warps=1, num_stages=1, split_k=2,
+                             tail_block_n=16, tail_split_k=4)
+_SPLIT_NO_TAIL = MatmulToCacheConfig(block_m=32, block_n=16, block_k=16, group_m=1, num_warps=1, num_stages=1,
+                                     split_k=3)
 _TMA = MatmulToCacheConfig(block_m=16, block_n=32, block_k=32, group_m=2, num_warps=1, num_stages=1, tma=True)
+_TMA_SPLIT = MatmulToCacheConfig(block_m=16, block_n=64, block_k=16, group_m=2, num_warps=1, num_stages=1, tma=True,
+                                 split_k=2, tail_block_n=16, tail_split_k=2)
 
 
 @pytest.mark.parametrize("page_size,config", [pytest.param(1, None, id="ps1"), pytest.param(3, None, id="ps3"),
                                               pytest.param(16, None, id="ps16"),
-                                              pytest.param(3, _TAIL, id="ps3-tail-launch"),
-                                              pytest.param(16, _TMA, id="ps16-tma")])
+                                              pytest.param(3, _TAIL, id="ps3-tail-split3"),
+                                              pytest.param(1, _SPLIT, id="ps1-split2-tail-split4"),
+                                              pytest.param(16, _SPLIT_NO_TAIL, id="ps16-split3"),
+                                              pytest.param(16, _TMA, id="ps16-tma"),
+                                              pytest.param(3, _TMA_SPLIT, id="ps3-tma-split2-tail")])
 def test_k_matmul(page_size, config):
-    """With the tail config, columns [64, 80) run as a second launch with their own tile; the TMA config reads
-    x and w through tensor descriptors (48 input features: a partial K tile read as zeros)."""
+    """Tail configs give columns [64, 80) their own 16-wide tiles in the same launch; split configs cut each
+    tile's K range into pieces whose float32 partials the tile's last piece sums and stores; TMA configs read x
+    and w through tensor descriptors (a partial K tile read as zeros)."""
     pb = _batch(page_size)
     ref = _twin(pb)
     x = _randn(pb.num_rows, 48)
@@ -90,6 +101,36 @@ def test_k_matmul(page_size, config):
                                                   kv.lookup_table, 1, config)
     ops.k_matmul_ragged_paged(x, pb.input_row_offsets, w, ref, 1, backend="reference")
     _check_blocks(pb.kv.blocks, ref.blocks)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(block_m=24), "block_m: expected a power of two >= 16, got 24"),
+    (dict(split_k=0), "split_k: expected >= 1, got 0"),
+    (dict(block_n=64, tail_block_n=64), r"tail_block_n: expected 0 or a power of two in \[16, block_n = 64\), got 64"),
+    (dict(tail_block_n=8), "tail_block_n"),
+])
+def test_matmul_config_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        MatmulToCacheConfig(**kwargs)
+
+
+@pytest.mark.parametrize("rows", [1, 64, 256, 1024, 4096, 8192, 20000])
+def test_matmul_heuristic_splits(rows):
+    """The GPU heuristic at 7168 -> 576 on 132 SMs: split main tiles only when they fill under half the SMs,
+    tail tiles only for a last column tile at most half full, never more pieces than K blocks, and (with the
+    splits) at least about half the SMs busy."""
+    cfg = matmul_to_cache_heuristic(rows, 576, 7168, num_sms=132)
+    tiles_m = -(-rows // cfg.block_m)
+    full, rest = divmod(576, cfg.block_n)
+    assert (cfg.tail_block_n > 0) == (0 < rest <= cfg.block_n // 2)
+    main_tiles = tiles_m * (full if cfg.tail_block_n else -(-576 // cfg.block_n))
+    assert (cfg.split_k > 1) == (2 * main_tiles < 132)
+    assert 1 <= cfg.split_k <= min(MAX_SPLIT_K, -(-7168 // cfg.block_k))
+    assert main_tiles * cfg.split_k <= 132 or cfg.split_k == 1
+    if cfg.tail_block_n:
+        tail_tiles = tiles_m * -(-rest // cfg.tail_block_n)
+        assert tail_tiles * cfg.tail_split_k <= 132 or cfg.tail_split_k == 1
+    assert main_tiles * cfg.split_k >= 66 or cfg.split_k == MAX_SPLIT_K
 
 
 def test_k_matmul_bf16_operands_odd_k():
@@ -201,8 +242,18 @@ def _gpu_batch(page_size, dtype=torch.bfloat16, fill=False):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("page_size,config", [pytest.param(p, None, id=f"ps{p}") for p in (1, 64, 128)]
-                         + [pytest.param(64, MatmulToCacheConfig(tma=True), id="ps64-tma")])
+                         + [pytest.param(64, MatmulToCacheConfig(tma=True), id="ps64-tma"),
+                            pytest.param(64, MatmulToCacheConfig(block_m=128, block_n=128, block_k=64, num_warps=8,
+                                                                 num_stages=3, tma=True, tail_block_n=64,
+                                                                 tail_split_k=4), id="ps64-tma-tail-split4"),
+                            pytest.param(1, MatmulToCacheConfig(block_m=64, block_n=64, block_k=128, group_m=1,
+                                                                split_k=8), id="ps1-split8"),
+                            pytest.param(128, MatmulToCacheConfig(split_k=5, tail_block_n=32, tail_split_k=3),
+                                         id="ps128-split5-no-tail")])
 def test_gpu_k_matmul_deepseek(page_size, config):
+    """The heuristic's default (K split in 4 at these 366 rows) and named tail/split configs. The 128 x 64
+    config has no tail at 576 columns, so its tail settings are unused. Split tiles are summed in piece order,
+    so a second call gives the same bits."""
     pb = _gpu_batch(page_size)
     ref, low = _twin(pb, torch.float32), _twin(pb, torch.float32)
     x = _randn(pb.num_rows, 7168, dtype=torch.bfloat16, device="cuda")
@@ -210,6 +261,10 @@ def test_gpu_k_matmul_deepseek(page_size, config):
     kv = pb.kv
     _triton_cache_write.k_matmul_ragged_paged(x, pb.input_row_offsets, w, kv.blocks, kv.cache_lengths,
                                               kv.lookup_table, 1, config)
+    first = kv.blocks.clone()
+    _triton_cache_write.k_matmul_ragged_paged(x, pb.input_row_offsets, w, kv.blocks, kv.cache_lengths,
+                                              kv.lookup_table, 1, config)
+    assert torch.equal(first.view(torch.int16), kv.blocks.view(torch.int16)), "a second call changed bits"
     ops.k_matmul_ragged_paged(x, pb.input_row_offsets, w, ref, 1, backend="reference")
     eye = torch.eye(576, device="cuda")
     ops.k_matmul_ragged_paged((x @ w.T).float(), pb.input_row_offsets, eye, low, 1, backend="reference")

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
 class MatmulToCacheConfig:
     """Tile of the projection GEMM whose epilogue stores into the cache (`k/kv_matmul_ragged_paged`).
 
-    With `tail` set, the columns past the last full block_n tile (64 of DeepSeek's 576) run as a second launch
-    with the tail's (smaller) tile instead of a half-empty block_n tile. `tma` loads the operands with tensor
-    descriptors (TMA) where their layout allows it (16-byte aligned base and row stride), else with pointers.
+    `tma` loads the operands with tensor descriptors (TMA) where their layout allows it (16-byte aligned base
+    and row stride), else with pointers.
+
+    `split_k` cuts each tile's K range into that many pieces, one program each: a GEMM with fewer tiles than
+    SMs (few rows) then still fills the GPU. Every piece stores its float32 partial product; the last piece of
+    a tile to finish (a per-tile counter) sums them in piece order and scatters the sum into the cache, so the
+    result does not depend on which piece finishes last.
+
+    `tail_block_n` (0: off) gives the columns past the last full `block_n` tile (64 of DeepSeek's 576 at
+    `block_n` 128) tiles of their own, this wide, in the same launch, split `tail_split_k` ways: the leftover
+    columns then cost about one extra wave's `tail_block_n / block_n / tail_split_k`, instead of a whole
+    second wave of `block_n` tiles.
     """
 
     block_m: int = 128
@@ -21,7 +30,22 @@ class MatmulToCacheConfig:
     num_warps: int = 4
     num_stages: int = 4
     tma: bool = False
-    tail: MatmulToCacheConfig | None = None
+    split_k: int = 1
+    tail_block_n: int = 0
+    tail_split_k: int = 1
+
+    def __post_init__(self):
+        for name in ("block_m", "block_n", "block_k"):
+            value = getattr(self, name)
+            if value < 16 or value & (value - 1):
+                raise ValueError(f"MatmulToCacheConfig.{name}: expected a power of two >= 16, got {value}")
+        for name in ("group_m", "num_warps", "num_stages", "split_k", "tail_split_k"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"MatmulToCacheConfig.{name}: expected >= 1, got {getattr(self, name)}")
+        t = self.tail_block_n
+        if t and (t < 16 or t & (t - 1) or t >= self.block_n):
+            raise ValueError(f"MatmulToCacheConfig.tail_block_n: expected 0 or a power of two in [16, block_n = "
+                             f"{self.block_n}), got {t}")
 
 
 @dataclass(frozen=True)
@@ -32,23 +56,53 @@ class RowConfig:
     num_warps: int = 4
 
 
-def matmul_to_cache_heuristic(num_rows: int, out_features: int, in_features: int, *,
+# The most pieces one tile's K range is cut into: more pieces add partial stores and a longer final sum.
+MAX_SPLIT_K = 8
+
+
+def matmul_to_cache_heuristic(num_rows: int, out_features: int, in_features: int, *, num_sms: int = 132,
                               interpret: bool = False) -> MatmulToCacheConfig:
-    """A tile for `[num_rows, in_features] @ [in_features, out_features]`.
+    """A tile for `[num_rows, in_features] @ [in_features, out_features]` on a GPU of `num_sms` SMs.
 
     Measured on the H200 (benchmarks/prefill_probe.py, 7168 -> 576): at 4096 rows TMA-fed 128 x 128 tiles with
     8 warps (76 us) beat 128 x 64 tiles (88 us); at 256 rows 128 x 64 pointer tiles (39 us) beat 64-row TMA
-    tiles (65 us). Up to 64 rows take 64-row tiles (the smallest warpgroup MMA; not timed). The interpreter
-    takes 16-row tiles so that tiny test shapes still cross tile edges.
+    tiles (65 us). Up to 64 rows take 64-row tiles (the smallest warpgroup MMA). `with_splits` then adds the
+    K splits and the tail tiles. The interpreter takes 16-row tiles so that tiny test shapes still cross tile
+    edges, and no splits (the tests name split configs themselves).
     """
     if interpret:
         return MatmulToCacheConfig(block_m=16, block_n=32, block_k=32, group_m=2, num_warps=1, num_stages=1)
     if num_rows <= 64:
-        return MatmulToCacheConfig(block_m=64, block_n=64, block_k=128, group_m=1, num_warps=4, num_stages=4)
-    if num_rows >= 1024:
-        return MatmulToCacheConfig(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=3,
+        base = MatmulToCacheConfig(block_m=64, block_n=64, block_k=128, group_m=1, num_warps=4, num_stages=4)
+    elif num_rows >= 1024:
+        base = MatmulToCacheConfig(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=3,
                                    tma=True)
-    return MatmulToCacheConfig()
+    else:
+        base = MatmulToCacheConfig()
+    return with_splits(base, num_rows, out_features, in_features, num_sms)
+
+
+def with_splits(cfg: MatmulToCacheConfig, num_rows: int, out_features: int, in_features: int,
+                num_sms: int) -> MatmulToCacheConfig:
+    """`cfg` with tail tiles where the last column tile would be at most half full, and K splits that spread
+    tiles fewer than the SMs over (about) all of them: the main tiles split when they fill less than half the
+    SMs; the tail tiles always split over all SMs (they run beside or after the main tiles, on SMs that would
+    otherwise wait for the last main tile)."""
+    tiles_m = -(-num_rows // cfg.block_m)
+    k_blocks = -(-in_features // cfg.block_k)
+    full_n, rest = divmod(out_features, cfg.block_n)
+    tail = 0
+    if 0 < rest <= cfg.block_n // 2 and full_n > 0:
+        tail = max(16, 1 << (rest - 1).bit_length())
+    main_tiles = tiles_m * (full_n if tail else -(-out_features // cfg.block_n))
+    split = 1
+    if 2 * main_tiles < num_sms:
+        split = max(1, min(MAX_SPLIT_K, num_sms // main_tiles, k_blocks))
+    tail_split = 1
+    if tail:
+        tail_tiles = tiles_m * -(-rest // tail)
+        tail_split = max(1, min(MAX_SPLIT_K, num_sms // tail_tiles, k_blocks))
+    return replace(cfg, split_k=split, tail_block_n=tail, tail_split_k=tail_split)
 
 
 def row_heuristic(*, interpret: bool = False) -> RowConfig:

@@ -11,58 +11,32 @@ from .common import dot, ragged_search
 
 
 @triton.jit
-def _matmul_to_cache_kernel(
-    x, w, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr,
-    num_rows, col_start, N, batch, layer_idx, page_size,
-    stride_x_m, stride_w_n, stride_lt_b,
-    stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h,
-    K: tl.constexpr, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
-):
-    """Columns [col_start, N) of `C = x @ w.T`, tile by tile; column c of row g goes to (kv c // (H*D),
-    head c // D % H, dim c % D) of token g's cache row. C is never stored anywhere else.
-
-    x and w are pointers, or with USE_TMA tensor descriptors of blocks [BLOCK_M, BLOCK_K] and [BLOCK_N, BLOCK_K]
-    (TMA loads; out-of-bounds rows and columns read as zero).
-    """
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(num_rows, BLOCK_M)
-    num_pid_n = tl.cdiv(N - col_start, BLOCK_N)
-    # grouped order: GROUP_M row tiles share each weight tile while it is in L2
-    group = GROUP_M * num_pid_n
-    first_m = (pid // group) * GROUP_M
-    size_m = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group) % size_m
-    pid_n = (pid % group) // size_m
-
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = col_start + pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+def _k_step(acc, x, w, row0, col0, k, x_rows, w_rows, K: tl.constexpr, BLOCK_K: tl.constexpr,
+            USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
+    """`acc += x[rows, k:k+BLOCK_K] @ w[cols, k:k+BLOCK_K].T`: descriptors (tile origin row0, col0) with TMA, else
+    pointers with the rows' element offsets `x_rows` and the columns' `w_rows` (a partial last K block masked)."""
     if USE_TMA:
-        for k in range(tl.cdiv(K, BLOCK_K)):
-            a = x.load([pid_m * BLOCK_M, k * BLOCK_K])
-            b = w.load([col_start + pid_n * BLOCK_N, k * BLOCK_K])
-            acc = dot(a, b.T, acc, INTERPRET, IEEE)
+        a = x.load([row0, k])
+        b = w.load([col0, k]).T
     else:
-        rk = tl.arange(0, BLOCK_K)
-        # clamped indices keep the main loop free of row/column masks (the tails are never stored)
-        rm_load = tl.where(rm < num_rows, rm, 0).to(tl.int64)
-        rn_load = tl.where(rn < N, rn, 0).to(tl.int64)
-        x_ptrs = x + rm_load[:, None] * stride_x_m + rk[None, :]
-        w_ptrs = w + rn_load[None, :] * stride_w_n + rk[:, None]
-        for k in range(tl.cdiv(K, BLOCK_K)):
-            if K % BLOCK_K == 0:
-                a = tl.load(x_ptrs)
-                b = tl.load(w_ptrs)
-            else:
-                k_ok = rk < K - k * BLOCK_K
-                a = tl.load(x_ptrs, mask=k_ok[None, :], other=0.0)
-                b = tl.load(w_ptrs, mask=k_ok[:, None], other=0.0)
-            acc = dot(a, b, acc, INTERPRET, IEEE)
-            x_ptrs += BLOCK_K
-            w_ptrs += BLOCK_K
+        rk = k + tl.arange(0, BLOCK_K)
+        x_ptrs = x + x_rows[:, None] + rk[None, :]
+        w_ptrs = w + w_rows[None, :] + rk[:, None]
+        if K % BLOCK_K == 0:
+            a = tl.load(x_ptrs)
+            b = tl.load(w_ptrs)
+        else:
+            a = tl.load(x_ptrs, mask=(rk < K)[None, :], other=0.0)
+            b = tl.load(w_ptrs, mask=(rk < K)[:, None], other=0.0)
+    return dot(a, b, acc, INTERPRET, IEEE)
 
+
+@triton.jit
+def _store_to_cache(acc, rm, rn, num_rows, N, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, batch,
+                    layer_idx, page_size, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
+                    stride_blk_h, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr):
+    """Rows `rm` (ragged token indices) and columns `rn` of the product into their cache rows; column c goes to
+    (kv c // (H*D), head c // D % H, dim c % D)."""
     row_ok = rm < num_rows
     seq = tl.minimum(ragged_search(offsets_ptr, rm, batch, SEARCH_STEPS, 1, 0), batch - 1)
     pos = tl.load(cache_lengths_ptr + seq) + (rm - tl.load(offsets_ptr + seq))
@@ -72,6 +46,119 @@ def _matmul_to_cache_kernel(
                + rn % HEAD_SIZE)
     tl.store(blocks_ptr + row_base[:, None] + col_off[None, :], acc.to(blocks_ptr.dtype.element_ty),
              mask=row_ok[:, None] & (rn < N)[None, :])
+
+
+@triton.jit
+def _matmul_piece(
+    x, w, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
+    pid_m, col0, piece, slot, num_rows, N, batch, layer_idx, page_size,
+    stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h,
+    K: tl.constexpr, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BN: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, PARTIAL_TILE: tl.constexpr,
+    MAX_SPLIT: tl.constexpr, USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """Piece `piece` of SPLIT of the `[BLOCK_M, BN]` tile at (pid_m * BLOCK_M, col0): its share of the K blocks.
+    One piece stores straight into the cache; split tiles go through float32 partials in `partial_ptr` (slot
+    `slot`, MAX_SPLIT pieces of PARTIAL_TILE floats each), and the tile's last piece sums them and stores."""
+    row0 = pid_m * BLOCK_M
+    rm = row0 + tl.arange(0, BLOCK_M)
+    rn = col0 + tl.arange(0, BN)
+    # clamped indices keep the K loop free of row/column masks (the tails are never stored)
+    x_rows = tl.where(rm < num_rows, rm, 0).to(tl.int64) * stride_x_m
+    w_rows = tl.where(rn < N, rn, 0).to(tl.int64) * stride_w_n
+    K_PER_PIECE: tl.constexpr = ((K + BLOCK_K - 1) // BLOCK_K + SPLIT - 1) // SPLIT * BLOCK_K
+    k_lo = piece * K_PER_PIECE
+    k_hi = tl.minimum(k_lo + K_PER_PIECE, K)
+    acc = tl.zeros((BLOCK_M, BN), dtype=tl.float32)
+    if INTERPRET:  # the interpreter takes no runtime bounds in range()
+        k = k_lo
+        while k < k_hi:
+            acc = _k_step(acc, x, w, row0, col0, k, x_rows, w_rows, K, BLOCK_K, USE_TMA, IEEE, INTERPRET)
+            k += BLOCK_K
+    else:
+        for k in range(k_lo, k_hi, BLOCK_K):
+            acc = _k_step(acc, x, w, row0, col0, k, x_rows, w_rows, K, BLOCK_K, USE_TMA, IEEE, INTERPRET)
+    if SPLIT > 1:
+        tile = tl.arange(0, BLOCK_M)[:, None] * BN + tl.arange(0, BN)[None, :]
+        base = partial_ptr + slot.to(tl.int64) * (MAX_SPLIT * PARTIAL_TILE)
+        tl.store(base + piece * PARTIAL_TILE + tile, acc)
+        # every thread's partial is stored before one thread's release; the last piece's acquire sees them all
+        tl.debug_barrier()
+        arrived = tl.atomic_add(count_ptr + slot, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLIT - 1:
+            acc = tl.zeros((BLOCK_M, BN), dtype=tl.float32)
+            for i in tl.static_range(SPLIT):
+                # summed in piece order: the result does not depend on which piece finished last
+                acc += tl.load(base + i * PARTIAL_TILE + tile, cache_modifier=".cg")
+            _store_to_cache(acc, rm, rn, num_rows, N, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, batch,
+                            layer_idx, page_size, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l,
+                            stride_blk_s, stride_blk_h, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS)
+    else:
+        _store_to_cache(acc, rm, rn, num_rows, N, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, batch,
+                        layer_idx, page_size, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
+                        stride_blk_h, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS)
+
+
+@triton.jit
+def _matmul_to_cache_kernel(
+    x, w, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
+    num_rows, N, batch, layer_idx, page_size,
+    stride_x_m, stride_w_n, stride_lt_b,
+    stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h,
+    K: tl.constexpr, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr, TAIL_N: tl.constexpr, TAIL_SPLIT_K: tl.constexpr, MAX_SPLIT: tl.constexpr,
+    USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """`C = x @ w.T` into the cache rows of its tokens; C is never stored anywhere else.
+
+    Programs `[0, SPLIT_K * main tiles)` are the pieces of the `[BLOCK_M, BLOCK_N]` tiles, piece-major (the
+    programs that run together share K blocks of x and w in L2). With TAIL_N > 0 the main tiles stop at the last
+    full BLOCK_N column tile and the programs after them are the TAIL_SPLIT_K pieces of the `[BLOCK_M, TAIL_N]`
+    tiles of the remaining columns (their weight descriptor is `w_tail`). MAX_SPLIT is the larger split.
+
+    x and w are pointers, or with USE_TMA tensor descriptors of blocks [BLOCK_M, BLOCK_K] and [BLOCK_N, BLOCK_K]
+    (TMA loads; out-of-bounds rows and columns read as zero).
+    """
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(num_rows, BLOCK_M)
+    if TAIL_N > 0:
+        main_cols = N // BLOCK_N * BLOCK_N
+    else:
+        main_cols = N
+    num_pid_n = tl.cdiv(main_cols, BLOCK_N)
+    main_tiles = num_pid_m * num_pid_n
+    # split tiles' partial slots and counters: main tiles first (when they split), then tail tiles
+    tail_slot0 = 0
+    if SPLIT_K > 1:
+        tail_slot0 = main_tiles
+    if pid < main_tiles * SPLIT_K:
+        piece = pid // main_tiles
+        tile = pid % main_tiles
+        # grouped order: GROUP_M row tiles share each weight tile while it is in L2
+        group = GROUP_M * num_pid_n
+        first_m = (tile // group) * GROUP_M
+        size_m = tl.minimum(num_pid_m - first_m, GROUP_M)
+        pid_m = first_m + (tile % group) % size_m
+        pid_n = (tile % group) // size_m
+        _matmul_piece(x, w, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
+                      pid_m, pid_n * BLOCK_N, piece, tile, num_rows, N, batch, layer_idx, page_size,
+                      stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
+                      stride_blk_h, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K,
+                      BLOCK_M * BLOCK_N, MAX_SPLIT, USE_TMA, IEEE, INTERPRET)
+    else:
+        if TAIL_N > 0:
+            tail_pid = pid - main_tiles * SPLIT_K
+            tail_n = tl.cdiv(N - main_cols, TAIL_N)
+            tail_tiles = num_pid_m * tail_n
+            piece = tail_pid // tail_tiles
+            tile = tail_pid % tail_tiles
+            _matmul_piece(x, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
+                          tile // tail_n, main_cols + (tile % tail_n) * TAIL_N, piece, tail_slot0 + tile, num_rows, N,
+                          batch, layer_idx, page_size, stride_x_m, stride_w_n, stride_lt_b, stride_blk_b,
+                          stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h, K, NUM_HEADS, HEAD_SIZE,
+                          SEARCH_STEPS, BLOCK_M, TAIL_N, BLOCK_K, TAIL_SPLIT_K, BLOCK_M * BLOCK_N, MAX_SPLIT,
+                          USE_TMA, IEEE, INTERPRET)
 
 
 @triton.jit

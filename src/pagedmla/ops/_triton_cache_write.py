@@ -1,10 +1,12 @@
 """Host launchers of the cache-write kernels (registered in `ops/cache_write.py`).
 
-Each takes exactly the arguments the custom op passes to the reference, mutates the cache (and q_out), and
-allocates nothing. Inputs were validated by the public functions.
+Each takes exactly the arguments the custom op passes to the reference and mutates the cache (and q_out). Only
+the projection GEMM allocates, and only with split tiles: float32 partial tiles and zeroed arrival counters. Inputs were validated by the public functions.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
@@ -27,6 +29,11 @@ def _tma_ready(t: torch.Tensor) -> bool:
             and t.shape[0] > 0)
 
 
+@functools.lru_cache(maxsize=None)
+def _num_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
 def _matmul_to_cache(hidden_state, input_row_offsets, weight, blocks, cache_lengths, lookup_table, layer_idx,
                      config: MatmulToCacheConfig | None):
     num_rows, in_features = hidden_state.shape
@@ -35,27 +42,44 @@ def _matmul_to_cache(hidden_state, input_row_offsets, weight, blocks, cache_leng
     if num_rows == 0 or batch == 0:
         return
     interpret = interpreter_enabled()
-    cfg = config or matmul_to_cache_heuristic(num_rows, out_features, in_features, interpret=interpret)
-    split = out_features // cfg.block_n * cfg.block_n if cfg.tail is not None else out_features
-    for col_start, col_end, tile in ((0, split, cfg), (split, out_features, cfg.tail)):
-        if col_end <= col_start:
-            continue
-        grid = (triton.cdiv(num_rows, tile.block_m) * triton.cdiv(col_end - col_start, tile.block_n),)
-        use_tma = tile.tma and _tma_ready(hidden_state) and _tma_ready(weight)
-        x, w = hidden_state, weight
-        if use_tma:
-            x = TensorDescriptor.from_tensor(hidden_state, [tile.block_m, tile.block_k])
-            w = TensorDescriptor.from_tensor(weight, [tile.block_n, tile.block_k])
-        _matmul_to_cache_kernel[grid](
-            x, w, blocks, input_row_offsets, cache_lengths, lookup_table,
-            num_rows, col_start, col_end, batch, layer_idx, blocks.shape[3],
-            hidden_state.stride(0), weight.stride(0), lookup_table.stride(0),
-            blocks.stride(0), blocks.stride(1), blocks.stride(2), blocks.stride(3), blocks.stride(4),
-            K=in_features, NUM_HEADS=blocks.shape[4], HEAD_SIZE=blocks.shape[5], SEARCH_STEPS=search_steps(batch),
-            BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k, GROUP_M=tile.group_m,
-            USE_TMA=use_tma, IEEE=hidden_state.dtype == torch.float32, INTERPRET=interpret,
-            num_warps=tile.num_warps, num_stages=tile.num_stages,
-        )
+    device = hidden_state.device
+    num_sms = _num_sms(device.index if device.index is not None else torch.cuda.current_device()) \
+        if device.type == "cuda" else 132
+    cfg = config or matmul_to_cache_heuristic(num_rows, out_features, in_features, num_sms=num_sms,
+                                              interpret=interpret)
+    tiles_m = triton.cdiv(num_rows, cfg.block_m)
+    rest = out_features % cfg.block_n
+    tail_n = cfg.tail_block_n if rest and out_features > cfg.block_n else 0
+    main_tiles = tiles_m * (out_features // cfg.block_n if tail_n else triton.cdiv(out_features, cfg.block_n))
+    tail_tiles = tiles_m * triton.cdiv(rest, tail_n) if tail_n else 0
+    split, tail_split = cfg.split_k, (cfg.tail_split_k if tail_n else 1)
+    # float32 partial tiles and arrival counters of the split tiles; the counters start at zero every call
+    slots = (main_tiles if split > 1 else 0) + (tail_tiles if tail_split > 1 else 0)
+    max_split = max(split, tail_split)
+    if slots:
+        partials = torch.empty(slots * max_split * cfg.block_m * cfg.block_n, dtype=torch.float32, device=device)
+        counters = torch.zeros(slots, dtype=torch.int32, device=device)
+    else:  # never touched
+        partials = torch.empty(1, dtype=torch.float32, device=device)
+        counters = torch.empty(1, dtype=torch.int32, device=device)
+    use_tma = cfg.tma and _tma_ready(hidden_state) and _tma_ready(weight)
+    x, w, w_tail = hidden_state, weight, weight
+    if use_tma:
+        x = TensorDescriptor.from_tensor(hidden_state, [cfg.block_m, cfg.block_k])
+        w = TensorDescriptor.from_tensor(weight, [cfg.block_n, cfg.block_k])
+        w_tail = TensorDescriptor.from_tensor(weight, [tail_n or cfg.block_n, cfg.block_k])
+    grid = (main_tiles * split + tail_tiles * tail_split,)
+    _matmul_to_cache_kernel[grid](
+        x, w, w_tail, blocks, input_row_offsets, cache_lengths, lookup_table, partials, counters,
+        num_rows, out_features, batch, layer_idx, blocks.shape[3],
+        hidden_state.stride(0), weight.stride(0), lookup_table.stride(0),
+        blocks.stride(0), blocks.stride(1), blocks.stride(2), blocks.stride(3), blocks.stride(4),
+        K=in_features, NUM_HEADS=blocks.shape[4], HEAD_SIZE=blocks.shape[5], SEARCH_STEPS=search_steps(batch),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+        SPLIT_K=split, TAIL_N=tail_n, TAIL_SPLIT_K=tail_split, MAX_SPLIT=max_split,
+        USE_TMA=use_tma, IEEE=hidden_state.dtype == torch.float32, INTERPRET=interpret,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
 
 
 def k_matmul_ragged_paged(hidden_state, input_row_offsets, weight, blocks, cache_lengths, lookup_table,
