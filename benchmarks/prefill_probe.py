@@ -5,8 +5,10 @@
 Cases (PERF.md): causal MLA prefill (q/k 192, v 128) at B x L in {1x8192, 4x4096, 16x1024} with 128 heads and
 2x4096 with 16 heads against torch SDPA's cuDNN backend on the same q/k/v (FLOPs `B*H*L*L*(192+128)`);
 decompression [16384, 512] x [512, 32768] (and the 16-head [4096, 512] x [512, 4096]) against torch.matmul of the
-same GEMM; the k projection 4096 x 7168 -> 576 (and 256 tokens) into a paged cache against torch.matmul.
-Random data, medians of `triton.testing.do_bench`. `--sweep` also times the candidate launch configs.
+same GEMM; the k projection 4096 x 7168 -> 576 (and 1024, 256, 64 tokens) into a paged cache against torch.matmul.
+Random data, medians of `triton.testing.do_bench` (flushed L2, single calls: calls whose host-side launch takes
+longer than the flush are host-bound), or with `--graph` of CUDA-graph replays (device time). `--sweep` also
+times the candidate launch configs.
 Every case is compiled and run once first; `--wait-pid` then waits for another process (a test run sharing the
 GPU) to exit before timing. This is a probe, not the benchmark harness (`pagedmla.testing.perf`).
 """
@@ -147,16 +149,42 @@ def decompress_cases(sweep: bool):
             yield dict(case=name, impl="triton gather+mm", config=repr(cfg), fn=mine, flops=flops, check=check)
 
 
+def graph_ms(fn, calls: int = 10, replays: int = 20) -> float:
+    """Milliseconds per call: the median over `replays` replays of a CUDA graph of `calls` back-to-back calls."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return sorted(times)[len(times) // 2]
+
+
 def k_matmul_cases(sweep: bool):
     big = MatmulToCacheConfig(128, 128, 64, 8, 8, 3, tma=True)  # the heuristic's tile from 1024 rows
-    configs = {4096: [None, big], 1024: [None, big], 256: [None, MatmulToCacheConfig()],
-               64: [None, MatmulToCacheConfig(64, 64, 128, 1, 4, 4)]}
+    configs = {4096: [None, big], 1024: [None, big], 256: [None, MatmulToCacheConfig()], 64: [None]}
     if sweep:
-        configs[4096] += [replace(big, tail_block_n=64, tail_split_k=s) for s in (1, 2, 4, 8)]
+        wide = MatmulToCacheConfig(128, 256, 64, 8, 8, 3, tma=True)
+        configs[4096] += [replace(big, tail_block_n=64, tail_split_k=s) for s in (2, 4, 8)] + [
+            replace(wide, split_k=2, tail_block_n=64, tail_split_k=s) for s in (4, 8)] + [
+            replace(big, num_stages=4, tail_block_n=64, tail_split_k=4)]
         configs[1024] += [replace(big, split_k=s, tail_block_n=64, tail_split_k=t) for s, t in ((2, 8), (4, 4))]
-        configs[256] += [MatmulToCacheConfig(split_k=s) for s in (2, 4, 8)] + [
-            MatmulToCacheConfig(128, 64, 64, 8, 4, 4, tma=True, split_k=7)]
-        configs[64] += [MatmulToCacheConfig(64, 64, 128, 1, 4, 4, split_k=s) for s in (4, 14)] + [
+        configs[256] += [MatmulToCacheConfig(split_k=s) for s in (4, 8)] + [
+            MatmulToCacheConfig(64, 64, 128, 1, 4, 4, split_k=s) for s in (4, 8)]
+        configs[64] += [MatmulToCacheConfig(64, 64, 128, 1, 4, 4, split_k=s) for s in (1, 4, 14)] + [
             MatmulToCacheConfig(64, 64, 64, 1, 4, 4, split_k=8)]
     for tokens in configs:
         gen = torch.Generator().manual_seed(tokens)
@@ -270,6 +298,9 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="also time the candidate launch configs")
     parser.add_argument("--json", default=None, help="write every row here")
     parser.add_argument("--wait-pid", type=int, default=None, help="time only after this process exits")
+    parser.add_argument("--graph", action="store_true",
+                        help="time CUDA-graph replays of 10 back-to-back calls (device time without the launch's "
+                             "host overhead, as `pagedmla.cli bench` does) instead of do_bench's flushed single calls")
     parser.add_argument("--only", default="", help="comma-separated subset: prefill,decompress,k_matmul,rows")
     parser.add_argument("--stress", action="store_true", help="also check k_matmul on adversarial caches")
     parser.add_argument("--config", action="append", default=[],
@@ -312,7 +343,8 @@ def main() -> None:
     rows = []
     for case in cases:
         try:
-            ms = triton.testing.do_bench(case["fn"], warmup=10, rep=60, return_mode="median")
+            ms = graph_ms(case["fn"]) if args.graph else triton.testing.do_bench(case["fn"], warmup=10, rep=60,
+                                                                                  return_mode="median")
         except Exception as exc:
             print(f"FAILED timing {case['case']} {case['impl']}: {exc!r}"[:300], flush=True)
             continue
