@@ -175,12 +175,15 @@ def graph_ms(fn, calls: int = 10, replays: int = 20) -> float:
 
 def k_matmul_cases(sweep: bool):
     big = MatmulToCacheConfig(128, 128, 64, 8, 8, 3, tma=True)  # the heuristic's tile from 1024 rows
-    configs = {4096: [None, big], 1024: [None, big], 256: [None, MatmulToCacheConfig()], 64: [None]}
+    configs = {8192: [None], 4096: [None, big], 1024: [None, big], 256: [None, MatmulToCacheConfig()], 64: [None]}
     if sweep:
         wide = MatmulToCacheConfig(128, 256, 64, 8, 8, 3, tma=True)
-        configs[4096] += [replace(big, tail_block_n=64, tail_split_k=s) for s in (2, 4, 8)] + [
-            replace(wide, split_k=2, tail_block_n=64, tail_split_k=s) for s in (4, 8)] + [
-            replace(big, num_stages=4, tail_block_n=64, tail_split_k=4)]
+        one_group = MatmulToCacheConfig(64, 128, 64, 8, 4, 3, tma=True, tail_block_n=64, tail_split_k=2)
+        configs[8192] += [replace(big, tail_block_n=64, tail_split_k=s) for s in (2, 4)]
+        configs[4096] += [replace(big, tail_block_n=64, tail_split_k=s) for s in (2, 4)] + [
+            replace(wide, split_k=2, tail_block_n=64, tail_split_k=4), one_group,
+            replace(one_group, num_stages=4), replace(one_group, block_n=256, tail_split_k=1),
+            replace(big, num_warps=4, tail_block_n=64, tail_split_k=2)]
         configs[1024] += [replace(big, split_k=s, tail_block_n=64, tail_split_k=t) for s, t in ((2, 8), (4, 4))]
         configs[256] += [MatmulToCacheConfig(split_k=s) for s in (4, 8)] + [
             MatmulToCacheConfig(64, 64, 128, 1, 4, 4, split_k=s) for s in (4, 8)]
