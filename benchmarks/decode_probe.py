@@ -233,9 +233,6 @@ def main() -> None:
                         help="with --sweep: comma-separated DecodePlanConfig.tail_cost values to add (default workers)")
     parser.add_argument("--combine", action="append", default=[],
                         help="with --profile: also profile these combine configs `block_p,block_r,block_dv,warps`")
-    parser.add_argument("--pdl-ab", action="store_true",
-                        help="time each case's default config with the combine launched as a programmatic dependent "
-                             "and without, alternating (on, off, on, off)")
     parser.add_argument("--profile", action="store_true",
                         help="also print each kernel's device time per call (default config and plan)")
     args = parser.parse_args()
@@ -291,13 +288,6 @@ def main() -> None:
                       flush=True)
                 if best is None or row["us"] < best["us"]:
                     best = row
-        if args.pdl_ab:
-            for flag in (True, False, True, False):
-                _triton_decode.COMBINE_PDL = flag
-                ms = _time_graph(case.run(default_plan, None)) / case.copies
-                print(f"  pdl-ab B{batch} N{keys} H{heads} q{q_len}{' fp8' if fp8 else ''} pdl={'on' if flag else 'off'}: "
-                      f"{ms * 1e3:.1f} us  {case.bytes / ms / 1e9 / copy_bw:.3f} of copy", flush=True)
-            _triton_decode.COMBINE_PDL = True
         if args.profile:
             for name, us in kernel_times(case.run(default_plan, None)).items():
                 print(f"  profile B{batch} N{keys} H{heads} q{q_len}{' fp8' if fp8 else ''}: {name[:60]} "

@@ -117,8 +117,8 @@ def test_matmul_config_errors(kwargs, match):
 @pytest.mark.parametrize("rows", [1, 64, 256, 1024, 4096, 8192, 20000])
 def test_matmul_heuristic_splits(rows):
     """The GPU heuristic at 7168 -> 576 on 132 SMs: split main tiles only when they fill under half the SMs,
-    tail tiles only for a last column tile at most half full, never more pieces than K blocks, and (with the
-    splits) at least about half the SMs busy."""
+    tail tiles only for a last column tile at most half full and split at least twice (into at most half as
+    many pieces as SMs beyond that), never more pieces than K blocks, and at least about half the SMs busy."""
     cfg = matmul_to_cache_heuristic(rows, 576, 7168, num_sms=132)
     tiles_m = -(-rows // cfg.block_m)
     full, rest = divmod(576, cfg.block_n)
@@ -129,7 +129,8 @@ def test_matmul_heuristic_splits(rows):
     assert main_tiles * cfg.split_k <= 132 or cfg.split_k == 1
     if cfg.tail_block_n:
         tail_tiles = tiles_m * -(-rest // cfg.tail_block_n)
-        assert tail_tiles * cfg.tail_split_k <= 132 or cfg.tail_split_k == 1
+        assert 2 <= cfg.tail_split_k <= MAX_SPLIT_K
+        assert 2 * tail_tiles * cfg.tail_split_k <= 132 or cfg.tail_split_k == 2
     assert main_tiles * cfg.split_k >= 66 or cfg.split_k == MAX_SPLIT_K
 
 

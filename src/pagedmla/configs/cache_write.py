@@ -86,13 +86,17 @@ def with_splits(cfg: MatmulToCacheConfig, num_rows: int, out_features: int, in_f
                 num_sms: int) -> MatmulToCacheConfig:
     """`cfg` with tail tiles where the last column tile would be at most half full, and K splits that spread
     tiles fewer than the SMs over (about) all of them: the main tiles split when they fill less than half the
-    SMs; the tail tiles split into about half as many pieces as SMs (they run beside the main tiles, two
-    programs per SM).
+    SMs; the tail tiles split into about half as many pieces as SMs, and at least two (they run beside the
+    main tiles, two programs per SM).
 
-    Measured on the H200 (`benchmarks/prefill_probe.py --graph`, 7168 -> 576, device times): 4096 rows 75.8 us
-    without tail tiles, 63.2 / 65.9 / 76.3 us with the tail split 2 / 4 / 8 ways; 256 rows 31.4 us unsplit,
-    15.7 / 14.2 / 20.7 us split 4 / 7 / 8 ways (8 needs a second wave); 64 rows 19.8 us unsplit, 9.8 us split 8
-    ways; 1024 rows 36.4 -> 30.7 us."""
+    Measured on the H200 (`benchmarks/prefill_probe.py --graph`, 7168 -> 576, device times):
+    - 4096 rows: 75.8 us without tail tiles; 63.2 / 65.9 / 76.3 us with the tail split 2 / 4 / 8 ways (a second
+      run: 77.9 us without, 62.8 / 65.4 us split 2 / 4);
+    - 8192 rows: 140.0 us with the tail unsplit, 125.7 / 124.4 us split 2 / 4 ways;
+    - 1024 rows: 36.4 us unsplit, 30.7 us with the main tiles split 4 and the tail 8 ways;
+    - 256 rows: 31.4 us unsplit, 15.7 / 14.2 / 20.7 us split 4 / 7 / 8 ways (8 needs a second wave);
+    - 64 rows: 19.8 us unsplit, 9.8 us split 8 ways.
+    """
     tiles_m = -(-num_rows // cfg.block_m)
     k_blocks = -(-in_features // cfg.block_k)
     full_n, rest = divmod(out_features, cfg.block_n)
@@ -106,7 +110,7 @@ def with_splits(cfg: MatmulToCacheConfig, num_rows: int, out_features: int, in_f
     tail_split = 1
     if tail:
         tail_tiles = tiles_m * -(-rest // tail)
-        tail_split = max(1, min(MAX_SPLIT_K, num_sms // (2 * tail_tiles), k_blocks))
+        tail_split = max(1, min(MAX_SPLIT_K, max(2, num_sms // (2 * tail_tiles)), k_blocks))
     return replace(cfg, split_k=split, tail_block_n=tail, tail_split_k=tail_split)
 
 

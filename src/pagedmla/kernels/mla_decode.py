@@ -33,7 +33,6 @@ Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .common import dot, load_or_zero, visible_range
 from .fp8 import _dequant, _load_scales, _softmax_update
@@ -331,10 +330,6 @@ def _mla_decode_kernel(
     SPLIT_QS: tl.constexpr, PREFETCH_TABLE: tl.constexpr, UNMASKED_INTERIOR: tl.constexpr,
 ):
     """Program (worker w, row tile t): the tile's rows against the keys of w's span, sequence by sequence."""
-    if not INTERPRET:
-        # lets the combine kernel (launched as a programmatic dependent) start its programs now; they wait for
-        # this whole grid to finish before reading anything
-        gdc_launch_dependents()
     pid = tl.program_id(0)
     w = pid // num_tiles
     t = pid % num_tiles
@@ -458,18 +453,12 @@ def _mla_decode_combine_kernel(
     batch, num_heads, num_workers,
     stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
     BLOCK_R: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_P: tl.constexpr, HAS_SINK: tl.constexpr,
-    INTERPRET: tl.constexpr = False,
 ):
     """Program (sequence b, rows block, columns block): merge the pieces of a split sequence by LSE.
 
     Piece 0 is the first worker's slot from the schedule, piece k > 0 is slot `2 * (first + k)` (a later worker
     starts inside b, so b is its first sequence). Sequences done by one worker were written by the main kernel.
-    Launched as a programmatic dependent of the main kernel (its programs start while the main kernel's last
-    programs run, which hides the launch): nothing is read before `gdc_wait`, which returns once the main
-    kernel has finished and its stores are visible.
     """
-    if not INTERPRET:
-        gdc_wait()
     b = tl.program_id(0)
     offs_m = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     offs_d = tl.program_id(2) * BLOCK_DV + tl.arange(0, BLOCK_DV)

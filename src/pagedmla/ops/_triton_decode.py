@@ -36,8 +36,6 @@ from .decode import DecodePlan
 
 # logits are scaled by scale * log2(e) so the kernels use exp2
 _LOG2E = 1.0 / math.log(2.0)
-# the combine kernel launches as a programmatic dependent of the main kernel (PDL, sm_90+); a switch for A/B probes
-COMBINE_PDL = True
 _PLAN_BLOCK_B = 64
 _PLAN_BLOCK_W = 64
 
@@ -205,7 +203,7 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
             out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), part_out.stride(0), part_out.stride(1),
             part_lse.stride(0),
             BLOCK_R=ccfg.block_r, BLOCK_DV=block_dv, BLOCK_P=ccfg.block_p, HAS_SINK=attn_sink is not None,
-            INTERPRET=interpret, num_warps=ccfg.num_warps, **({} if interpret else {"launch_pdl": COMBINE_PDL}))
+            num_warps=ccfg.num_warps)
 
 
 def decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
