@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 import pagedmla as pm
+from pagedmla.configs.cache_write import matmul_to_cache_heuristic
 from pagedmla.ops import _triton_cache_write as tcw
 from pagedmla.testing import make_paged_batch
 
@@ -28,6 +29,14 @@ from pagedmla.testing import make_paged_batch
 def _empty_kernel(a0, a1, a2, a3, a4, a5, a6, a7, a8, i0, i1, i2, i3, i4, i5, i6, i7, i8, i9, i10, i11, i12, i13,
                   C0: tl.constexpr, C1: tl.constexpr):
     pass
+
+
+# the same launcher behind an op registered with torch.library.Library (schema + CUDA kernel), for comparison with
+# the torch.library.custom_op registration the package uses
+_LIB = torch.library.Library("pagedmla_probe", "DEF")
+_LIB.define("k_matmul(Tensor x, Tensor offsets, Tensor w, Tensor(a!) blocks, Tensor lengths, Tensor table, "
+            "int layer) -> ()")
+_LIB.impl("k_matmul", lambda x, o, w, b, n, t, layer: tcw.k_matmul_ragged_paged(x, o, w, b, n, t, layer), "CUDA")
 
 
 def host_us(fn, calls: int = 200) -> float:
@@ -70,6 +79,13 @@ def main() -> None:
         "mla_decode_plan (public)": lambda: pm.mla_decode_plan(iro, kv, num_heads=16),
         "mla_decode_kv_cache_ragged (public)": lambda: pm.mla_decode_kv_cache_ragged(q, iro, kv, 0, 0.1, plan=plan),
     }
+    cfg = matmul_to_cache_heuristic(rows, 576, 7168, num_sms=torch.cuda.get_device_properties(0).multi_processor_count)
+    cases["k_matmul launcher, config given"] = lambda: tcw.k_matmul_ragged_paged(
+        x, iro, w, kv.blocks, kv.cache_lengths, kv.lookup_table, 0, cfg)
+    cases["k_matmul custom op (torch.ops, no checks)"] = lambda: torch.ops.pagedmla.k_matmul_ragged_paged(
+        x, iro, w, kv.blocks, kv.cache_lengths, kv.lookup_table, 0, "triton")
+    cases["k_matmul Library-defined op (no checks)"] = lambda: torch.ops.pagedmla_probe.k_matmul(
+        x, iro, w, kv.blocks, kv.cache_lengths, kv.lookup_table, 0)
     for name, fn in cases.items():
         try:
             print(f"host {name:<40} {host_us(fn):8.1f} us per call", flush=True)
