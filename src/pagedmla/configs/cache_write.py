@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 
@@ -60,6 +61,7 @@ class RowConfig:
 MAX_SPLIT_K = 8
 
 
+@functools.lru_cache(maxsize=4096)
 def matmul_to_cache_heuristic(num_rows: int, out_features: int, in_features: int, *, num_sms: int = 132,
                               interpret: bool = False) -> MatmulToCacheConfig:
     """A tile for `[num_rows, in_features] @ [in_features, out_features]` on a GPU of `num_sms` SMs.
@@ -114,5 +116,6 @@ def with_splits(cfg: MatmulToCacheConfig, num_rows: int, out_features: int, in_f
     return replace(cfg, split_k=split, tail_block_n=tail, tail_split_k=tail_split)
 
 
+@functools.lru_cache(maxsize=4096)
 def row_heuristic(*, interpret: bool = False) -> RowConfig:
     return RowConfig(block_rows=2, num_warps=1) if interpret else RowConfig()

@@ -7,6 +7,7 @@ it (tiles of the kernel that merges split sequences).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -84,6 +85,7 @@ def block_m_for(num_heads: int, max_q: int) -> int:
     return min(64, max(16, _pow2_at_least(max(1, num_heads * max(1, max_q)))))
 
 
+@functools.lru_cache(maxsize=4096)
 def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q_dtype: torch.dtype,
               cache_dtype: torch.dtype, batch: int = 64, interpret: bool = False,
               compute_dtype: torch.dtype | None = None, tile_scales: bool = False) -> DecodeConfig:
@@ -140,6 +142,7 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     return DecodeConfig(block_m=block_m, block_n=64, num_warps=8, num_stages=5, unmasked_interior=True)
 
 
+@functools.lru_cache(maxsize=4096)
 def combine_heuristic(*, num_workers: int, batch: int, kv_lora_rank: int,
                       interpret: bool = False) -> CombineConfig:
     """Combine tiles from the pieces a split sequence can have (about `W / B + 1` for equal lengths).
@@ -162,6 +165,7 @@ def combine_heuristic(*, num_workers: int, batch: int, kv_lora_rank: int,
     return CombineConfig(block_p=block_p, block_r=block_r, block_dv=block_dv, num_warps=4)
 
 
+@functools.lru_cache(maxsize=4096)
 def plan_heuristic(*, batch: int, num_heads: int, max_q: int, max_keys: int, num_sms: int,
                    interpret: bool = False) -> DecodePlanConfig:
     """Workers for one step: one program per SM in all (row tiles times workers), but never so many that a

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 
@@ -29,6 +30,7 @@ class DecompressConfig:
     gather_warps: int = 4
 
 
+@functools.lru_cache(maxsize=4096)
 def prefill_heuristic(*, fp8_cache: bool = False, interpret: bool = False,
                       rows_per_sequence: float = 4096.0, num_heads: int = 128) -> PrefillConfig:
     """Measured on the H200 (benchmarks/prefill_probe.py, causal, against cuDNN in the same run): 128 x 128
@@ -51,5 +53,6 @@ def prefill_heuristic(*, fp8_cache: bool = False, interpret: bool = False,
     return PrefillConfig(heads_inner=heads_inner)
 
 
+@functools.lru_cache(maxsize=4096)
 def decompress_heuristic(*, interpret: bool = False) -> DecompressConfig:
     return DecompressConfig(gather_rows=8, gather_warps=1) if interpret else DecompressConfig()

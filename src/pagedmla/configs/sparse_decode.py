@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -66,6 +67,7 @@ def splits_for(*, programs: int, index_blocks: int, block_m: int, num_sms: int) 
     return max(1, min(target // max(1, programs), index_blocks // 4, 64))
 
 
+@functools.lru_cache(maxsize=4096)
 def heuristic(*, rows_per_group: int, num_groups: int, topk: int, q_dtype: torch.dtype, cache_dtype: torch.dtype,
               compute_dtype: torch.dtype, num_sms: int, interpret: bool = False) -> SparseDecodeConfig:
     """Tiles for one call: the best configs of benchmarks/sparse_probe.py on H200 (register and shared-memory

@@ -102,3 +102,29 @@ def check_chunk_sources(kv: PagedKVCacheCollection, input_row_offsets: torch.Ten
         b = int(bad.nonzero()[0])
         raise ValueError(f"Invalid {co_name}: sequence {b} reads cache positions up to {int(end[b])}, expected at "
                          f"most {int(capacity[b])} (its page-aligned length) with {bro_name}")
+
+
+# The ops' registrations. torch.library.custom_op wraps every call in Python autograd and in-place layers that
+# cost about 50 us of host time per call on the H200 machine's CPU (benchmarks/host_overhead.py); an op defined on
+# a Library with the same inferred schema dispatches straight to its kernel and still traces under torch.compile
+# (mutated arguments are marked in the schema, so functionalization sees them).
+_LIBRARY = torch.library.Library("pagedmla", "DEF")
+
+
+class LibraryOp:
+    """`pagedmla::<name>` defined from a Python function's signature, its kernel the function itself on every
+    device (CompositeExplicitAutograd); `register_fake` gives it the shape function torch.compile traces with."""
+
+    def __init__(self, fn, name: str, mutates_args: tuple[str, ...]):
+        self.name = name
+        _LIBRARY.define(name + torch.library.infer_schema(fn, mutates_args=mutates_args))
+        _LIBRARY.impl(name, fn, "CompositeExplicitAutograd")
+
+    def register_fake(self, fake):
+        torch.library.register_fake(f"pagedmla::{self.name}", fake, lib=_LIBRARY)
+        return fake
+
+
+def library_op(name: str, *, mutates_args: tuple[str, ...]):
+    """Decorator: register `fn` as the op `torch.ops.pagedmla.<name>` (see LibraryOp)."""
+    return lambda fn: LibraryOp(fn, name, mutates_args)

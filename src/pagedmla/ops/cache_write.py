@@ -7,7 +7,7 @@ from torch import Tensor
 
 from .._checks import FLOAT_DTYPES, check_float, check_int, check_tensor, values_checkable
 from . import _dispatch
-from ._common import check_collection, check_offsets_for, max_seq_length
+from ._common import check_collection, check_offsets_for, library_op, max_seq_length
 
 _REF = "pagedmla.reference.cache_write"
 for _name in ("k_matmul_ragged_paged", "kv_matmul_ragged_paged", "rms_norm_key_cache", "fused_qk_rope_ragged"):
@@ -15,28 +15,28 @@ for _name in ("k_matmul_ragged_paged", "kv_matmul_ragged_paged", "rms_norm_key_c
     _dispatch.TRITON_LAUNCHERS[_name] = f"pagedmla.ops._triton_cache_write:{_name}"
 
 
-@torch.library.custom_op("pagedmla::k_matmul_ragged_paged", mutates_args=("blocks",))
+@library_op("k_matmul_ragged_paged", mutates_args=("blocks",))
 def _k_matmul_op(hidden_state: Tensor, input_row_offsets: Tensor, weight: Tensor, blocks: Tensor,
                  cache_lengths: Tensor, lookup_table: Tensor, layer_idx: int, backend: str) -> None:
     _dispatch.impl("k_matmul_ragged_paged", backend)(hidden_state, input_row_offsets, weight, blocks,
                                                       cache_lengths, lookup_table, layer_idx)
 
 
-@torch.library.custom_op("pagedmla::kv_matmul_ragged_paged", mutates_args=("blocks",))
+@library_op("kv_matmul_ragged_paged", mutates_args=("blocks",))
 def _kv_matmul_op(hidden_state: Tensor, input_row_offsets: Tensor, weight: Tensor, blocks: Tensor,
                   cache_lengths: Tensor, lookup_table: Tensor, layer_idx: int, backend: str) -> None:
     _dispatch.impl("kv_matmul_ragged_paged", backend)(hidden_state, input_row_offsets, weight, blocks,
                                                        cache_lengths, lookup_table, layer_idx)
 
 
-@torch.library.custom_op("pagedmla::rms_norm_key_cache", mutates_args=("blocks",))
+@library_op("rms_norm_key_cache", mutates_args=("blocks",))
 def _rms_norm_op(blocks: Tensor, cache_lengths: Tensor, lookup_table: Tensor, gamma: Tensor,
                  input_row_offsets: Tensor, layer_idx: int, eps: float, max_seq_length: int, backend: str) -> None:
     _dispatch.impl("rms_norm_key_cache", backend)(blocks, cache_lengths, lookup_table, gamma, input_row_offsets,
                                                    layer_idx, eps, max_seq_length)
 
 
-@torch.library.custom_op("pagedmla::fused_qk_rope_ragged", mutates_args=("blocks", "q_out"))
+@library_op("fused_qk_rope_ragged", mutates_args=("blocks", "q_out"))
 def _rope_op(q_rope: Tensor, input_row_offsets: Tensor, blocks: Tensor, cache_lengths: Tensor,
              lookup_table: Tensor, freqs_cis: Tensor, layer_idx: int, interleaved: bool, q_out: Tensor,
              backend: str) -> None:

@@ -11,7 +11,7 @@ from .._checks import FLOAT_DTYPES, FP8_DTYPES, check_float, check_int, check_te
 from ..cache import PagedKVCacheCollection
 from ..masks import MASK_CODES, mask_code
 from . import _dispatch
-from ._common import check_collection, check_offsets_for, max_cache_length, max_seq_length
+from ._common import check_collection, check_offsets_for, library_op, max_cache_length, max_seq_length
 
 _dispatch.REFERENCE_IMPLS["mla_decode_kv_cache_ragged"] = "pagedmla.reference.decode:mla_decode_kv_cache_ragged"
 # Sparse (top-k indices) decode is its own kernel family; it shares the op, the reference and the launcher call.
@@ -96,7 +96,7 @@ def mla_decode_plan(input_row_offsets: Tensor, kv_collection, *, num_heads: int,
                                                      max_keys)
 
 
-@torch.library.custom_op("pagedmla::mla_decode_kv_cache_ragged", mutates_args=("out", "lse"))
+@library_op("mla_decode_kv_cache_ragged", mutates_args=("out", "lse"))
 def _decode_op(q: Tensor, input_row_offsets: Tensor, blocks: Tensor, cache_lengths: Tensor, lookup_table: Tensor,
                scales: Tensor | None, plan_args: Tensor, plan_schedule: Tensor, out: Tensor, lse: Tensor,
                q_scale: Tensor | None, indices: Tensor | None, topk_lengths: Tensor | None,

@@ -9,7 +9,7 @@ from .._checks import FLOAT_DTYPES, check_float, check_int, check_row_offsets, c
 from ..masks import mask_code
 from ..reference.attention import merge_states
 from . import _dispatch
-from ._common import check_bool, check_chunk_sources, check_collection, check_offsets_for
+from ._common import check_bool, check_chunk_sources, check_collection, check_offsets_for, library_op
 
 _REF = "pagedmla.reference.prefill"
 for _name in ("mla_prefill_plan", "mla_decompress_k_cache_ragged_paged", "mla_prefill_kv_cache_ragged"):
@@ -17,7 +17,7 @@ for _name in ("mla_prefill_plan", "mla_decompress_k_cache_ragged_paged", "mla_pr
     _dispatch.TRITON_LAUNCHERS[_name] = f"pagedmla.ops._triton_prefill:{_name}"
 
 
-@torch.library.custom_op("pagedmla::mla_prefill_plan", mutates_args=())
+@library_op("mla_prefill_plan", mutates_args=())
 def _plan_op(input_row_offsets: Tensor, cache_lengths: Tensor, page_size: int, buffer_size: int, max_chunks: int,
              backend: str) -> tuple[Tensor, Tensor, Tensor]:
     return _dispatch.impl("mla_prefill_plan", backend)(input_row_offsets, cache_lengths, page_size, buffer_size,
@@ -31,8 +31,7 @@ def _plan_fake(input_row_offsets, cache_lengths, page_size, buffer_size, max_chu
     return new((max_chunks, batch + 1)), new((max_chunks, batch)), new((max_chunks,))
 
 
-@torch.library.custom_op("pagedmla::mla_decompress_k_cache_ragged_paged",
-                         mutates_args=("k_latent_buffer", "k_buffer"))
+@library_op("mla_decompress_k_cache_ragged_paged", mutates_args=("k_latent_buffer", "k_buffer"))
 def _decompress_op(buffer_row_offsets: Tensor, cache_offsets: Tensor, buffer_length: int, weight: Tensor,
                    blocks: Tensor, cache_lengths: Tensor, lookup_table: Tensor, scales: Tensor | None,
                    quant_granularity: int, layer_idx: int, k_latent_buffer: Tensor, k_buffer: Tensor,
@@ -42,7 +41,7 @@ def _decompress_op(buffer_row_offsets: Tensor, cache_offsets: Tensor, buffer_len
         quant_granularity, layer_idx, k_latent_buffer, k_buffer)
 
 
-@torch.library.custom_op("pagedmla::mla_prefill_kv_cache_ragged", mutates_args=("out", "lse"))
+@library_op("mla_prefill_kv_cache_ragged", mutates_args=("out", "lse"))
 def _prefill_op(q: Tensor, k: Tensor, v: Tensor, buffer_row_offsets: Tensor, cache_offsets: Tensor,
                 input_row_offsets: Tensor, blocks: Tensor, cache_lengths: Tensor, lookup_table: Tensor,
                 scales: Tensor | None, quant_granularity: int, layer_idx: int, scale: float, mask_code: int,
