@@ -31,6 +31,7 @@ from pagedmla.configs.cache_write import MatmulToCacheConfig
 from pagedmla.configs.prefill import DecompressConfig, PrefillConfig
 from pagedmla.ops import _triton_cache_write as tcw
 from pagedmla.ops import _triton_prefill as tpf
+from pagedmla.testing import perf
 
 BF16 = torch.bfloat16
 PAGE = 64
@@ -149,28 +150,9 @@ def decompress_cases(sweep: bool):
             yield dict(case=name, impl="triton gather+mm", config=repr(cfg), fn=mine, flops=flops, check=check)
 
 
-def graph_ms(fn, calls: int = 10, replays: int = 20) -> float:
-    """Milliseconds per call: the median over `replays` replays of a CUDA graph of `calls` back-to-back calls."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / calls)
-    return sorted(times)[len(times) // 2]
+def graph_ms(fn) -> float:
+    """Milliseconds per call from the harness's CUDA-graph timing (median of timed graph replays)."""
+    return perf.time_gpu(fn, use_cuda_graph=True).median_us * 1e-3
 
 
 def k_matmul_cases(sweep: bool):
@@ -186,7 +168,8 @@ def k_matmul_cases(sweep: bool):
             replace(big, num_warps=4, tail_block_n=64, tail_split_k=2)]
         configs[1024] += [replace(big, split_k=s, tail_block_n=64, tail_split_k=t) for s, t in ((2, 8), (4, 4))]
         configs[256] += [MatmulToCacheConfig(split_k=s) for s in (4, 8)] + [
-            MatmulToCacheConfig(64, 64, 128, 1, 4, 4, split_k=s) for s in (4, 8)]
+            MatmulToCacheConfig(64, 64, 128, 1, 4, 4, split_k=s) for s in (4, 8)] + [
+            MatmulToCacheConfig(tma=True, split_k=7), MatmulToCacheConfig(num_stages=3, split_k=7)]
         configs[64] += [MatmulToCacheConfig(64, 64, 128, 1, 4, 4, split_k=s) for s in (1, 4, 14)] + [
             MatmulToCacheConfig(64, 64, 64, 1, 4, 4, split_k=8)]
     for tokens in configs:
@@ -302,8 +285,8 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="write every row here")
     parser.add_argument("--wait-pid", type=int, default=None, help="time only after this process exits")
     parser.add_argument("--graph", action="store_true",
-                        help="time CUDA-graph replays of 10 back-to-back calls (device time without the launch's "
-                             "host overhead, as `pagedmla.cli bench` does) instead of do_bench's flushed single calls")
+                        help="time CUDA-graph replays (device time without the launch's host overhead) with the "
+                             "harness's timer, instead of do_bench's flushed single calls")
     parser.add_argument("--only", default="", help="comma-separated subset: prefill,decompress,k_matmul,rows")
     parser.add_argument("--stress", action="store_true", help="also check k_matmul on adversarial caches")
     parser.add_argument("--config", action="append", default=[],

@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: host time per call (seven interleaved rounds, min and median),
-# with the package's ops on a torch.library.Library against the same launcher behind a torch.library.custom_op.
-# (At 31c4971 the same script also ran gpu tests through the public ops, 37 passed, and the demo on the GPU.)
+# One device call (edit per session). This one, the session's last: the cache-write gpu tier (split tiles in any
+# arrival order, poisoned workspace, repeated bits), the whole benchmark suite on main, then the k_matmul sweep
+# (CUDA-graph timing, with TMA tiles at 256 rows).
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-timeout 100 python3 benchmarks/host_overhead.py > "$OUT/host.txt" 2>&1
-grep -E "^host|Error" "$OUT/host.txt"
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } > "$OUT/env.txt"
+timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_cache_write_triton.py \
+  > "$OUT/gpu-tests.txt" 2>&1
+tail -2 "$OUT/gpu-tests.txt"; grep -E "^FAILED" "$OUT/gpu-tests.txt" | head -10
+timeout 330 python3 -m pagedmla.cli bench all --no-reference --commit "${COMMIT:-unknown}" --json "$OUT/bench-all.json" \
+  2>"$OUT/bench-all.stderr" > "$OUT/bench-all.txt"
+cat "$OUT/bench-all.txt" | cut -c1-150
+timeout 100 python3 benchmarks/prefill_probe.py --only k_matmul --sweep --graph > "$OUT/k_matmul.txt" 2>&1
+grep -E "^k_matmul (4096|256)|FAILED|Error" "$OUT/k_matmul.txt" | sed -E 's/MatmulToCacheConfig//; s/block_|num_|group_//g' | cut -c1-170

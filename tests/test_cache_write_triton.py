@@ -4,6 +4,8 @@ and rope in place. CPU tier under the interpreter at tiny sizes; the gpu tier at
 from __future__ import annotations
 
 import dataclasses
+import random
+import sys
 
 import pytest
 import torch
@@ -99,6 +101,60 @@ def test_k_matmul(page_size, config):
         kv = pb.kv
         _triton_cache_write.k_matmul_ragged_paged(x, pb.input_row_offsets, w, kv.blocks, kv.cache_lengths,
                                                   kv.lookup_table, 1, config)
+    ops.k_matmul_ragged_paged(x, pb.input_row_offsets, w, ref, 1, backend="reference")
+    _check_blocks(pb.kv.blocks, ref.blocks)
+
+
+@pytest.fixture
+def shuffled_grid(monkeypatch):
+    """Programs in a random order. The interpreter runs them one at a time in program-id order, so a split tile's
+    last piece would always finish last; the kernel must not depend on that. Its grid loop calls `range` from
+    `__call__` (Triton 3.6); the fixture shadows that `range` and records each shuffle, so that a test using it
+    can check that the shuffle really happened."""
+    import triton.runtime.interpreter as interpreter
+
+    rng = random.Random(7)
+    shuffles = []
+
+    def shuffled_range(*args):
+        values = list(range(*args))
+        if sys._getframe(1).f_code.co_name == "__call__" and len(values) > 1:
+            rng.shuffle(values)
+            shuffles.append(len(values))
+        return values
+
+    monkeypatch.setattr(interpreter, "range", shuffled_range, raising=False)
+    return shuffles
+
+
+def _tile(block_n, block_k=16, **kwargs):
+    return MatmulToCacheConfig(block_m=16, block_n=block_n, block_k=block_k, group_m=2, num_warps=1, num_stages=1,
+                               **kwargs)
+
+
+@pytest.mark.parametrize("head_size,in_features,config", [
+    pytest.param(80, 48, _SPLIT, id="80x48-split2-tail16-split4"),
+    # 3 K blocks in 5 pieces (two empty); tail columns [96, 112)
+    pytest.param(112, 44, _tile(32, split_k=5, tail_block_n=16, tail_split_k=2), id="112x44-split5-tail16"),
+    # one 32-wide tail tile holding the last 16 columns (half masked), K not a multiple of the K tile
+    pytest.param(144, 40, _tile(64, split_k=2, tail_block_n=32, tail_split_k=3), id="144x40-tail32-masked"),
+    # two 16-wide tail tiles over the last 24 columns
+    pytest.param(120, 40, _tile(32, block_k=32, split_k=2, tail_block_n=16, tail_split_k=2), id="120x40-two-tails"),
+    # fewer columns than one tile: no tail tiles, the split tile masks its columns
+    pytest.param(48, 48, _tile(64, split_k=3, tail_block_n=16, tail_split_k=2), id="48x48-narrow"),
+    pytest.param(80, 48, dataclasses.replace(_TMA_SPLIT, split_k=3), id="80x48-tma-split3-tail"),
+])
+def test_k_matmul_split_any_arrival_order(shuffled_grid, head_size, in_features, config):
+    """Split tiles give the reference's rows whichever piece finishes last (programs run in a shuffled order),
+    with tails of several widths, masked tail columns, partial and empty K pieces."""
+    pb = _batch(3, head_size=head_size)
+    ref = _twin(pb)
+    x = _randn(pb.num_rows, in_features)
+    w = _randn(head_size, in_features, seed=2, scale=0.2)
+    kv = pb.kv
+    _triton_cache_write.k_matmul_ragged_paged(x, pb.input_row_offsets, w, kv.blocks, kv.cache_lengths,
+                                              kv.lookup_table, 1, config)
+    assert shuffled_grid, "the interpreter's grid loop was not shuffled (the fixture's hook no longer applies)"
     ops.k_matmul_ragged_paged(x, pb.input_row_offsets, w, ref, 1, backend="reference")
     _check_blocks(pb.kv.blocks, ref.blocks)
 
@@ -254,7 +310,7 @@ def _gpu_batch(page_size, dtype=torch.bfloat16, fill=False):
 def test_gpu_k_matmul_deepseek(page_size, config):
     """The heuristic's default (K split in 4 at these 366 rows) and named tail/split configs. The 128 x 64
     config has no tail at 576 columns, so its tail settings are unused. Split tiles are summed in piece order,
-    so a second call gives the same bits."""
+    so repeated calls give the same bits."""
     pb = _gpu_batch(page_size)
     ref, low = _twin(pb, torch.float32), _twin(pb, torch.float32)
     x = _randn(pb.num_rows, 7168, dtype=torch.bfloat16, device="cuda")
@@ -263,9 +319,14 @@ def test_gpu_k_matmul_deepseek(page_size, config):
     _triton_cache_write.k_matmul_ragged_paged(x, pb.input_row_offsets, w, kv.blocks, kv.cache_lengths,
                                               kv.lookup_table, 1, config)
     first = kv.blocks.clone()
-    _triton_cache_write.k_matmul_ragged_paged(x, pb.input_row_offsets, w, kv.blocks, kv.cache_lengths,
-                                              kv.lookup_table, 1, config)
-    assert torch.equal(first.view(torch.int16), kv.blocks.view(torch.int16)), "a second call changed bits"
+    for _ in range(3):
+        # best effort: hand the next call's partial workspace memory that holds NaN, so a partial read before its
+        # piece stored it would show
+        del_me = torch.full((1 << 24,), float("nan"), device="cuda")
+        del del_me
+        _triton_cache_write.k_matmul_ragged_paged(x, pb.input_row_offsets, w, kv.blocks, kv.cache_lengths,
+                                                  kv.lookup_table, 1, config)
+        assert torch.equal(first.view(torch.int16), kv.blocks.view(torch.int16)), "a repeated call changed bits"
     ops.k_matmul_ragged_paged(x, pb.input_row_offsets, w, ref, 1, backend="reference")
     eye = torch.eye(576, device="cuda")
     ops.k_matmul_ragged_paged((x @ w.T).float(), pb.input_row_offsets, eye, low, 1, backend="reference")

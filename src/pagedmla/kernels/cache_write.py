@@ -54,12 +54,13 @@ def _matmul_piece(
     pid_m, col0, piece, slot, num_rows, N, batch, layer_idx, page_size,
     stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h,
     K: tl.constexpr, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BN: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, PARTIAL_TILE: tl.constexpr,
-    MAX_SPLIT: tl.constexpr, USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
+    BLOCK_M: tl.constexpr, BN: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, USE_TMA: tl.constexpr,
+    IEEE: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Piece `piece` of SPLIT of the `[BLOCK_M, BN]` tile at (pid_m * BLOCK_M, col0): its share of the K blocks.
-    One piece stores straight into the cache; split tiles go through float32 partials in `partial_ptr` (slot
-    `slot`, MAX_SPLIT pieces of PARTIAL_TILE floats each), and the tile's last piece sums them and stores."""
+    One piece stores straight into the cache; the pieces of a split tile store float32 partials at
+    `partial_ptr + slot * SPLIT * BLOCK_M * BN` (SPLIT tiles of `[BLOCK_M, BN]`), counted by `count_ptr[slot]`,
+    and the tile's last piece sums them and stores."""
     row0 = pid_m * BLOCK_M
     rm = row0 + tl.arange(0, BLOCK_M)
     rn = col0 + tl.arange(0, BN)
@@ -80,8 +81,8 @@ def _matmul_piece(
             acc = _k_step(acc, x, w, row0, col0, k, x_rows, w_rows, K, BLOCK_K, USE_TMA, IEEE, INTERPRET)
     if SPLIT > 1:
         tile = tl.arange(0, BLOCK_M)[:, None] * BN + tl.arange(0, BN)[None, :]
-        base = partial_ptr + slot.to(tl.int64) * (MAX_SPLIT * PARTIAL_TILE)
-        tl.store(base + piece * PARTIAL_TILE + tile, acc)
+        base = partial_ptr + slot.to(tl.int64) * (SPLIT * BLOCK_M * BN)
+        tl.store(base + piece * (BLOCK_M * BN) + tile, acc)
         # every thread's partial is stored before one thread's release; the last piece's acquire sees them all
         tl.debug_barrier()
         arrived = tl.atomic_add(count_ptr + slot, 1, sem="acq_rel", scope="gpu")
@@ -89,7 +90,7 @@ def _matmul_piece(
             acc = tl.zeros((BLOCK_M, BN), dtype=tl.float32)
             for i in tl.static_range(SPLIT):
                 # summed in piece order: the result does not depend on which piece finished last
-                acc += tl.load(base + i * PARTIAL_TILE + tile, cache_modifier=".cg")
+                acc += tl.load(base + i * (BLOCK_M * BN) + tile, cache_modifier=".cg")
             _store_to_cache(acc, rm, rn, num_rows, N, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, batch,
                             layer_idx, page_size, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l,
                             stride_blk_s, stride_blk_h, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS)
@@ -107,7 +108,7 @@ def _matmul_to_cache_kernel(
     stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h,
     K: tl.constexpr, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    SPLIT_K: tl.constexpr, TAIL_N: tl.constexpr, TAIL_SPLIT_K: tl.constexpr, MAX_SPLIT: tl.constexpr,
+    SPLIT_K: tl.constexpr, TAIL_N: tl.constexpr, TAIL_SPLIT_K: tl.constexpr,
     USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """`C = x @ w.T` into the cache rows of its tokens; C is never stored anywhere else.
@@ -115,7 +116,8 @@ def _matmul_to_cache_kernel(
     Programs `[0, SPLIT_K * main tiles)` are the pieces of the `[BLOCK_M, BLOCK_N]` tiles, piece-major (the
     programs that run together share K blocks of x and w in L2). With TAIL_N > 0 the main tiles stop at the last
     full BLOCK_N column tile and the programs after them are the TAIL_SPLIT_K pieces of the `[BLOCK_M, TAIL_N]`
-    tiles of the remaining columns (their weight descriptor is `w_tail`). MAX_SPLIT is the larger split.
+    tiles of the remaining columns (their weight descriptor is `w_tail`). The partials of split main tiles come
+    first in `partial_ptr`, those of split tail tiles after them; `count_ptr` has one counter per split tile.
 
     x and w are pointers, or with USE_TMA tensor descriptors of blocks [BLOCK_M, BLOCK_K] and [BLOCK_N, BLOCK_K]
     (TMA loads; out-of-bounds rows and columns read as zero).
@@ -128,10 +130,12 @@ def _matmul_to_cache_kernel(
         main_cols = N
     num_pid_n = tl.cdiv(main_cols, BLOCK_N)
     main_tiles = num_pid_m * num_pid_n
-    # split tiles' partial slots and counters: main tiles first (when they split), then tail tiles
-    tail_slot0 = 0
+    # split tiles' counters and partials: main tiles first (when they split), then tail tiles
+    tail_counts = count_ptr
+    tail_partials = partial_ptr
     if SPLIT_K > 1:
-        tail_slot0 = main_tiles
+        tail_counts += main_tiles
+        tail_partials += main_tiles.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
     if pid < main_tiles * SPLIT_K:
         piece = pid // main_tiles
         tile = pid % main_tiles
@@ -145,7 +149,7 @@ def _matmul_to_cache_kernel(
                       pid_m, pid_n * BLOCK_N, piece, tile, num_rows, N, batch, layer_idx, page_size,
                       stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
                       stride_blk_h, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K,
-                      BLOCK_M * BLOCK_N, MAX_SPLIT, USE_TMA, IEEE, INTERPRET)
+                      USE_TMA, IEEE, INTERPRET)
     else:
         if TAIL_N > 0:
             tail_pid = pid - main_tiles * SPLIT_K
@@ -153,12 +157,11 @@ def _matmul_to_cache_kernel(
             tail_tiles = num_pid_m * tail_n
             piece = tail_pid // tail_tiles
             tile = tail_pid % tail_tiles
-            _matmul_piece(x, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
-                          tile // tail_n, main_cols + (tile % tail_n) * TAIL_N, piece, tail_slot0 + tile, num_rows, N,
+            _matmul_piece(x, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, tail_partials,
+                          tail_counts, tile // tail_n, main_cols + (tile % tail_n) * TAIL_N, piece, tile, num_rows, N,
                           batch, layer_idx, page_size, stride_x_m, stride_w_n, stride_lt_b, stride_blk_b,
                           stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h, K, NUM_HEADS, HEAD_SIZE,
-                          SEARCH_STEPS, BLOCK_M, TAIL_N, BLOCK_K, TAIL_SPLIT_K, BLOCK_M * BLOCK_N, MAX_SPLIT,
-                          USE_TMA, IEEE, INTERPRET)
+                          SEARCH_STEPS, BLOCK_M, TAIL_N, BLOCK_K, TAIL_SPLIT_K, USE_TMA, IEEE, INTERPRET)
 
 
 @triton.jit

@@ -53,12 +53,13 @@ def _matmul_to_cache(hidden_state, input_row_offsets, weight, blocks, cache_leng
     main_tiles = tiles_m * (out_features // cfg.block_n if tail_n else triton.cdiv(out_features, cfg.block_n))
     tail_tiles = tiles_m * triton.cdiv(rest, tail_n) if tail_n else 0
     split, tail_split = cfg.split_k, (cfg.tail_split_k if tail_n else 1)
-    # float32 partial tiles and arrival counters of the split tiles; the counters start at zero every call
-    slots = (main_tiles if split > 1 else 0) + (tail_tiles if tail_split > 1 else 0)
-    max_split = max(split, tail_split)
-    if slots:
-        partials = torch.empty(slots * max_split * cfg.block_m * cfg.block_n, dtype=torch.float32, device=device)
-        counters = torch.zeros(slots, dtype=torch.int32, device=device)
+    # float32 partial tiles and arrival counters of the split tiles (main, then tail); the counters start at zero
+    # every call
+    main_slots, tail_slots = (main_tiles if split > 1 else 0), (tail_tiles if tail_split > 1 else 0)
+    if main_slots + tail_slots:
+        partials = torch.empty(cfg.block_m * (main_slots * split * cfg.block_n + tail_slots * tail_split * tail_n),
+                               dtype=torch.float32, device=device)
+        counters = torch.zeros(main_slots + tail_slots, dtype=torch.int32, device=device)
     else:  # never touched
         partials = torch.empty(1, dtype=torch.float32, device=device)
         counters = torch.empty(1, dtype=torch.int32, device=device)
@@ -76,7 +77,7 @@ def _matmul_to_cache(hidden_state, input_row_offsets, weight, blocks, cache_leng
         blocks.stride(0), blocks.stride(1), blocks.stride(2), blocks.stride(3), blocks.stride(4),
         K=in_features, NUM_HEADS=blocks.shape[4], HEAD_SIZE=blocks.shape[5], SEARCH_STEPS=search_steps(batch),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-        SPLIT_K=split, TAIL_N=tail_n, TAIL_SPLIT_K=tail_split, MAX_SPLIT=max_split,
+        SPLIT_K=split, TAIL_N=tail_n, TAIL_SPLIT_K=tail_split,
         USE_TMA=use_tma, IEEE=hidden_state.dtype == torch.float32, INTERPRET=interpret,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
