@@ -1,7 +1,8 @@
 """Host launchers of the cache-write kernels (registered in `ops/cache_write.py`).
 
-Each takes exactly the arguments the custom op passes to the reference and mutates the cache (and q_out). Only
-the projection GEMM allocates, and only with split tiles: float32 partial tiles and zeroed arrival counters. Inputs were validated by the public functions.
+Each takes exactly the arguments the op passes to the reference and mutates the cache (and q_out). Only the
+projection GEMM allocates, and only with split tiles: float32 partial tiles and zeroed arrival counters. Inputs
+were validated by the public functions.
 """
 
 from __future__ import annotations
