@@ -28,7 +28,7 @@ import triton
 import triton.testing
 
 from pagedmla.configs.cache_write import MatmulToCacheConfig
-from pagedmla.configs.prefill import DecompressConfig, PrefillConfig, prefill_heuristic
+from pagedmla.configs.prefill import DecompressConfig, PrefillConfig
 from pagedmla.ops import _triton_cache_write as tcw
 from pagedmla.ops import _triton_prefill as tpf
 from pagedmla.testing import perf
@@ -53,14 +53,13 @@ def _offsets(batch: int, per_seq: int):
 EXTRA_CONFIGS: list[PrefillConfig | None] = []  # from --config (None: the heuristic's)
 
 
-def parse_config(text: str) -> PrefillConfig | str | None:
-    """`default` (the heuristic's), `default-poly` (the heuristic's with poly_exp2), or
-    `block_m,block_n,warps,stages[,inner][,poly]`."""
-    if text in ("default", "default-poly"):
-        return None if text == "default" else text
+def parse_config(text: str) -> PrefillConfig | None:
+    """`default` (the heuristic's) or `block_m,block_n,warps,stages[,inner]`."""
+    if text == "default":
+        return None
     parts = text.split(",")
     m, n, w, st = (int(x) for x in parts[:4])
-    return PrefillConfig(m, n, w, st, heads_inner="inner" in parts[4:], poly_exp2="poly" in parts[4:])
+    return PrefillConfig(m, n, w, st, heads_inner="inner" in parts[4:])
 
 
 def prefill_cases(sweep: bool):
@@ -100,8 +99,6 @@ def prefill_cases(sweep: bool):
 
         yield dict(case=name, impl="torch sdpa cudnn", config="", fn=cudnn, flops=flops, baseline=True)
         for cfg in configs:
-            if cfg == "default-poly":
-                cfg = replace(prefill_heuristic(rows_per_sequence=float(length), num_heads=heads), poly_exp2=True)
             def mine(cfg=cfg, q=q, k_buffer=k_buffer, offs=offs, zeros=zeros, blocks=blocks, table=table,
                      out=out, lse=lse, scale=scale):
                 tpf.mla_prefill_kv_cache_ragged(q, k_buffer[..., :128], k_buffer[..., 128:], offs, zeros, offs,
@@ -293,8 +290,8 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated subset: prefill,decompress,k_matmul,rows")
     parser.add_argument("--stress", action="store_true", help="also check k_matmul on adversarial caches")
     parser.add_argument("--config", action="append", default=[],
-                        help="prefill configs to time instead (`default` = the heuristic's, `default-poly`, or "
-                             "`block_m,block_n,warps,stages[,inner][,poly]`)")
+                        help="prefill configs to time instead (`default` = the heuristic's, or "
+                             "`block_m,block_n,warps,stages[,inner]`)")
     args = parser.parse_args()
     EXTRA_CONFIGS.extend(parse_config(c) for c in args.config)
     stress = []

@@ -69,7 +69,7 @@ CASES.update({f"decode-fp8g128-m{m}-n{n}-s{s}": partial(decode_grouped, m, n, 8,
               for m, n, s in ((16, 64, 3), (16, 64, 2), (64, 64, 2), (64, 32, 3))})
 
 
-def prefill(block_m: int, block_n: int, warps: int, stages: int, poly_exp2: bool = False):
+def prefill(block_m: int, block_n: int, warps: int, stages: int):
     """The ragged prefill attention (q/k 128 + rope 64 from the cache, v 128), causal, bf16."""
     from pagedmla.kernels.prefill import _mla_prefill_kernel
     types = {n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr", "out_ptr", "blocks_ptr")}
@@ -77,7 +77,7 @@ def prefill(block_m: int, block_n: int, warps: int, stages: int, poly_exp2: bool
     types.update({"lse_ptr": "*fp32", "scales_ptr": "*fp32"})
     const = dict(D_NOPE=128, D_ROPE=64, D_V=128, BLOCK_DN=128, BLOCK_DR=64, BLOCK_DV=128, BLOCK_M=block_m,
                  BLOCK_N=block_n, MASK=1, PAGE_SIZE=64, GROUP=576, SCALED=False, SEARCH_CHUNKS=1, SEARCH_BLOCK=64,
-                 INTERPRET=False, HEADS_INNER=True, POLY_EXP2=poly_exp2)
+                 INTERPRET=False, HEADS_INNER=True)
     return _mla_prefill_kernel, types, const, warps, stages
 
 
@@ -85,8 +85,6 @@ CASES.update({f"prefill-m{m}-n{n}-w{w}-s{s}": partial(prefill, m, n, w, s)
               for m, n, w, s in ((128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 4, 3),
                                  (64, 128, 4, 2), (128, 64, 8, 4), (64, 64, 4, 2), (64, 64, 4, 3), (64, 128, 4, 1),
                                  (128, 64, 8, 2))})
-CASES.update({f"prefill-m{m}-n{n}-w{w}-s{s}-poly": partial(prefill, m, n, w, s, True)
-              for m, n, w, s in ((128, 128, 8, 2), (128, 64, 8, 3))})
 
 
 def prefill_fp8(block_m: int, block_n: int, warps: int, stages: int, group: int = 64):

@@ -322,43 +322,6 @@ def test_gpu_mla_prefill_deepseek(heads, page_size):
     assert_close_to_reference(got[1], want[1], low[1], eps=LSE_EPS, name="lse")
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("heads", [128, 16])
-def test_gpu_mla_prefill_poly_exp2(heads, monkeypatch):
-    """The same chunked prefill with `poly_exp2` (a quarter of the unmasked blocks' exponentials by a cubic)."""
-    heuristic = _triton_prefill.prefill_heuristic
-    monkeypatch.setattr(_triton_prefill, "prefill_heuristic",
-                        lambda **kwargs: dataclasses.replace(heuristic(**kwargs), poly_exp2=True))
-    test_gpu_mla_prefill_deepseek(heads, 64)
-
-
-@pytest.mark.gpu
-def test_gpu_exp2_mixed():
-    """`_exp2_mixed` against 2^x in float64: relative error within 1e-4 (the cubic's 7.5e-5; the MUFU values are
-    closer) for x in [-126, 0], and a value in [0, 2^-125] below (zero for -inf on the MUFU lanes)."""
-    import triton
-    import triton.language as tl
-
-    from pagedmla.kernels.prefill import _exp2_mixed
-
-    @triton.jit
-    def kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(y_ptr + offs, _exp2_mixed(tl.load(x_ptr + offs)))
-
-    gen = torch.Generator().manual_seed(3)
-    x = torch.cat([-126 * torch.rand(1 << 16, generator=gen), torch.linspace(-126, 0, 1 << 14),
-                   -126 - 100 * torch.rand(4092, generator=gen), torch.tensor([0.0, -126.0, -1000.0, -math.inf])])
-    x = x[torch.randperm(x.numel(), generator=gen)].cuda()
-    y = torch.empty_like(x)
-    kernel[(x.numel() // 1024,)](x, y, BLOCK=1024)
-    x, y = x.double(), y.double()
-    inside = x >= -126
-    rel = ((y[inside] - torch.exp2(x[inside])) / torch.exp2(x[inside])).abs()
-    assert float(rel.max()) <= 1e-4, f"max relative error {float(rel.max()):.3g}"
-    assert bool(((y[~inside] >= 0) & (y[~inside] <= 2.0 ** -125)).all())
-
-
 def _bf16_mla_prefill(q, pb, weight, scale, buffer_size):
     """PyTorch's own bf16 pipeline of the chunked prefill: each chunk's keys from torch's bf16 GEMM (the
     reference decompression rounds a float32 GEMM instead, which is more exact than any bf16 pipeline), the

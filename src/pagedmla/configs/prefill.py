@@ -11,16 +11,13 @@ class PrefillConfig:
     """Ragged MLA prefill attention: query rows x key rows per step of one program (one head).
 
     `heads_inner`: program ids walk every head of one query tile before the next tile (a 1-D grid), so the
-    heaviest causal tiles of all heads run first; else tile slots vary fastest (a 2-D grid, slot x head).
-    `poly_exp2`: in fully visible key blocks, one exponential in four runs on the FMA pipe instead of MUFU
-    (`kernels.prefill._exp2_mixed`)."""
+    heaviest causal tiles of all heads run first; else tile slots vary fastest (a 2-D grid, slot x head)."""
 
     block_m: int = 128
     block_n: int = 128
     num_warps: int = 8
     num_stages: int = 2
     heads_inner: bool = False
-    poly_exp2: bool = False
 
 
 @dataclass(frozen=True)

@@ -79,38 +79,6 @@ def _gather_latent_kernel(
 
 
 @triton.jit
-def _exp2_mixed(x):
-    """2^x for x <= 0 (the softmax's exponents), three of every four values on the MUFU unit (`ex2.approx`) and
-    the fourth with FMA-pipe arithmetic, so that the exponentials of a 128 x 128 tile do not all queue on MUFU
-    (16 per clock per SM against 128 FMAs). The fourth: x clamped to -126 (2^-126 and below give a tiny positive
-    value instead of 0: p is cast to bf16 next to values near 1), j = round(x) by the 1.5 * 2^23 trick, 2^(x - j)
-    by a cubic in [-0.5, 0.5] (relative error 7.5e-5, fit here), and j added to the exponent bits."""
-    return tl.inline_asm_elementwise(
-        """
-        {
-        .reg .f32 x, t, j, f, p;
-        .reg .b32 e, r;
-        ex2.approx.ftz.f32 $0, $4;
-        ex2.approx.ftz.f32 $1, $5;
-        ex2.approx.ftz.f32 $2, $6;
-        max.f32 x, $7, 0fC2FC0000;
-        add.rn.f32 t, x, 0f4B400000;
-        sub.rn.f32 j, t, 0f4B400000;
-        sub.rn.f32 f, x, j;
-        fma.rn.f32 p, f, 0f3D61FBAB, 0f3E786F0E;
-        fma.rn.f32 p, p, f, 0f3F31798D;
-        fma.rn.f32 p, p, f, 0f3F7FFB49;
-        mov.b32 e, t;
-        shl.b32 e, e, 23;
-        mov.b32 r, p;
-        add.s32 r, r, e;
-        mov.b32 $3, r;
-        }
-        """,
-        "=f,=f,=f,=f,f,f,f,f", [x], dtype=tl.float32, is_pure=True, pack=4)
-
-
-@triton.jit
 def _attend_block(
     acc, m_i, l_i, start, rope_block, q_nope, q_rope, q_abs,
     k_ptr, v_ptr, blocks_ptr, scales_ptr, key_row0, key_pos0, num_valid, num_keys,
@@ -119,7 +87,7 @@ def _attend_block(
     D_NOPE: tl.constexpr, D_ROPE: tl.constexpr, D_V: tl.constexpr,
     BLOCK_DN: tl.constexpr, BLOCK_DR: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK: tl.constexpr, MASKED: tl.constexpr, PAGE_SIZE: tl.constexpr, GROUP: tl.constexpr,
-    SCALED: tl.constexpr, INTERPRET: tl.constexpr, POLY_EXP2: tl.constexpr = False,
+    SCALED: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """One key block [start, start + BLOCK_N) of the online softmax. MASKED blocks apply the mask and the
     bounds (and load nothing past them: unused cache slots may hold NaN); unmasked blocks are fully visible.
@@ -170,10 +138,7 @@ def _attend_block(
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         m_use = m_new
-    if POLY_EXP2 and not MASKED and not INTERPRET:
-        p = _exp2_mixed(s - m_use[:, None])
-    else:
-        p = tl.math.exp2(s - m_use[:, None])
+    p = tl.math.exp2(s - m_use[:, None])
     alpha = tl.math.exp2(m_i - m_use)
     l_i = l_i * alpha + tl.sum(p, 1)
     v = load_or_zero(v_ptr + key_rows[:, None] * stride_v_r + dv[None, :], v_mask)
@@ -199,7 +164,7 @@ def _attend_range(
     D_NOPE: tl.constexpr, D_ROPE: tl.constexpr, D_V: tl.constexpr,
     BLOCK_DN: tl.constexpr, BLOCK_DR: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK: tl.constexpr, MASKED: tl.constexpr, PAGE_SIZE: tl.constexpr, GROUP: tl.constexpr,
-    SCALED: tl.constexpr, INTERPRET: tl.constexpr, POLY_EXP2: tl.constexpr = False,
+    SCALED: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Key blocks starting at lo, lo + BLOCK_N, ... below hi. Compiled: a pipelined for loop. Interpreted: a
     while loop (with NumPy >= 2.4 the interpreter cannot take a runtime bound in range())."""
@@ -214,7 +179,7 @@ def _attend_range(
                 key_pos0, num_valid, num_keys, layer_idx, window, qk_scale, rope_start,
                 stride_k_r, stride_v_r, stride_blk_b, stride_blk_l, stride_blk_s, stride_sc_b, stride_sc_l,
                 stride_sc_s, D_NOPE, D_ROPE, D_V, BLOCK_DN, BLOCK_DR, BLOCK_DV, BLOCK_N, MASK, MASKED,
-                PAGE_SIZE, GROUP, SCALED, INTERPRET, POLY_EXP2)
+                PAGE_SIZE, GROUP, SCALED, INTERPRET)
             start += BLOCK_N
     else:
         for start in range(lo, hi, BLOCK_N):
@@ -225,7 +190,7 @@ def _attend_range(
                 key_pos0, num_valid, num_keys, layer_idx, window, qk_scale, rope_start,
                 stride_k_r, stride_v_r, stride_blk_b, stride_blk_l, stride_blk_s, stride_sc_b, stride_sc_l,
                 stride_sc_s, D_NOPE, D_ROPE, D_V, BLOCK_DN, BLOCK_DR, BLOCK_DV, BLOCK_N, MASK, MASKED,
-                PAGE_SIZE, GROUP, SCALED, INTERPRET, POLY_EXP2)
+                PAGE_SIZE, GROUP, SCALED, INTERPRET)
     return acc, m_i, l_i
 
 
@@ -241,7 +206,7 @@ def _mla_prefill_kernel(
     BLOCK_DN: tl.constexpr, BLOCK_DR: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PAGE_SIZE: tl.constexpr,
     GROUP: tl.constexpr, SCALED: tl.constexpr, SEARCH_CHUNKS: tl.constexpr, SEARCH_BLOCK: tl.constexpr,
-    INTERPRET: tl.constexpr, HEADS_INNER: tl.constexpr, POLY_EXP2: tl.constexpr = False,
+    INTERPRET: tl.constexpr, HEADS_INNER: tl.constexpr,
 ):
     """Program (tile slot, head). Sequence b owns tile slots [offsets[b] // BLOCK_M + b, offsets[b+1] // BLOCK_M
     + b + 1), at least ceil(n_b / BLOCK_M) of them, so the grid `T // BLOCK_M + B` needs no host sync; within a
@@ -310,7 +275,7 @@ def _mla_prefill_kernel(
             key_row0, key_pos0, num_valid, num_keys, layer_idx, window, qk_scale, rope_start,
             stride_k_r, stride_v_r, stride_blk_b, stride_blk_l, stride_blk_s, stride_sc_b, stride_sc_l,
             stride_sc_s, D_NOPE, D_ROPE, D_V, BLOCK_DN, BLOCK_DR, BLOCK_DV, BLOCK_N, MASK, part != 1, PAGE_SIZE,
-            GROUP, SCALED, INTERPRET, POLY_EXP2)
+            GROUP, SCALED, INTERPRET)
 
     has_key = l_i > 0.0
     l_safe = tl.where(has_key, l_i, 1.0)

@@ -105,6 +105,6 @@ def mla_prefill_kv_cache_ragged(q, k, v, buffer_row_offsets, cache_offsets, inpu
         BLOCK_DN=_head_block(nope), BLOCK_DR=_head_block(rope), BLOCK_DV=_head_block(v_dim),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, MASK=mask_code, PAGE_SIZE=blocks.shape[3], GROUP=group,
         SCALED=scaled, SEARCH_CHUNKS=triton.cdiv(batch, _SEARCH_BLOCK), SEARCH_BLOCK=_SEARCH_BLOCK,
-        INTERPRET=interpret, HEADS_INNER=cfg.heads_inner, POLY_EXP2=cfg.poly_exp2,
+        INTERPRET=interpret, HEADS_INNER=cfg.heads_inner,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
