@@ -165,7 +165,9 @@ def k_matmul_cases(sweep: bool):
         configs[4096] += [replace(big, tail_block_n=64, tail_split_k=s) for s in (2, 4)] + [
             replace(wide, split_k=2, tail_block_n=64, tail_split_k=4), one_group,
             replace(one_group, num_stages=4), replace(one_group, block_n=256, tail_split_k=1),
-            replace(big, num_warps=4, tail_block_n=64, tail_split_k=2)]
+            replace(big, num_warps=4, tail_block_n=64, tail_split_k=2)] + [
+            replace(big, block_k=128, num_stages=st, tail_block_n=64, tail_split_k=2) for st in (2, 3)] + [
+            replace(big, num_stages=4, tail_block_n=64, tail_split_k=2)]
         configs[1024] += [replace(big, split_k=s, tail_block_n=64, tail_split_k=t) for s, t in ((2, 8), (4, 4))]
         configs[256] += [MatmulToCacheConfig(split_k=s) for s in (4, 8)] + [
             MatmulToCacheConfig(64, 64, 128, 1, 4, 4, split_k=s) for s in (4, 8)] + [
