@@ -1,6 +1,9 @@
-"""Checks shared by the op families: the cache collection, ragged offsets against it, value checks on CPU."""
+"""Shared by the op families: checks of the cache collection, ragged offsets against it and values on CPU; and
+the registration of the ops (`library_op`)."""
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 
@@ -107,21 +110,40 @@ def check_chunk_sources(kv: PagedKVCacheCollection, input_row_offsets: torch.Ten
 # The ops' registrations. torch.library.custom_op wraps every call in Python autograd and in-place layers that
 # cost about 20 us of host time per call on the H200 machine's CPU (83 against 61 us, benchmarks/host_overhead.py);
 # an op defined on a Library with the same inferred schema dispatches straight to its kernel and still traces
-# under torch.compile (mutated arguments are marked in the schema, so functionalization sees them).
-_LIBRARY = torch.library.Library("pagedmla", "DEF")
+# under torch.compile (mutated arguments are marked in the schema, so functionalization sees them). The kernel
+# wrapper keeps what custom_op gave callers: no autograd graph (the ops have no derivatives), version counters
+# bumped on the mutated tensors, the PT2-compliant tag, and a definition that a re-import replaces.
+try:  # torch's own registry of op libraries, which lets a re-imported module define its ops again
+    from torch._library.custom_ops import get_library_allowing_overwrite as _library_for
+except ImportError:  # pragma: no cover - a torch without it: one library per op, defined once per process
+    def _library_for(namespace: str, name: str) -> torch.library.Library:
+        return torch.library.Library(namespace, "FRAGMENT")
 
 
 class LibraryOp:
-    """`pagedmla::<name>` defined from a Python function's signature, its kernel the function itself on every
-    device (CompositeExplicitAutograd); `register_fake` gives it the shape function torch.compile traces with."""
+    """`pagedmla::<name>` defined from a Python function's signature; its kernel on every device
+    (CompositeExplicitAutograd) runs the function without recording autograd and then bumps the version counters
+    of the mutated arguments. `register_fake` gives it the shape function torch.compile traces with."""
 
     def __init__(self, fn, name: str, mutates_args: tuple[str, ...]):
         self.name = name
-        _LIBRARY.define(name + torch.library.infer_schema(fn, mutates_args=mutates_args))
-        _LIBRARY.impl(name, fn, "CompositeExplicitAutograd")
+        params = list(inspect.signature(fn).parameters)
+        mutated = tuple(params.index(arg) for arg in mutates_args)
+
+        def kernel(*args):
+            with torch.no_grad():
+                result = fn(*args)
+            if mutated:
+                torch.autograd.graph.increment_version([args[i] for i in mutated if args[i] is not None])
+            return result
+
+        self.lib = _library_for("pagedmla", name)
+        self.lib.define(name + torch.library.infer_schema(fn, mutates_args=mutates_args),
+                        tags=(torch.Tag.pt2_compliant_tag,))
+        self.lib.impl(name, kernel, "CompositeExplicitAutograd")
 
     def register_fake(self, fake):
-        torch.library.register_fake(f"pagedmla::{self.name}", fake, lib=_LIBRARY)
+        torch.library.register_fake(f"pagedmla::{self.name}", fake, lib=self.lib)
         return fake
 
 
