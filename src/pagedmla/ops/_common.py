@@ -108,7 +108,7 @@ def check_chunk_sources(kv: PagedKVCacheCollection, input_row_offsets: torch.Ten
 
 
 # The ops' registrations. torch.library.custom_op wraps every call in Python autograd and in-place layers that
-# cost about 20 us of host time per call on the H200 machine's CPU (83 against 61 us, benchmarks/host_overhead.py);
+# cost about 20 us of host time per call on the H200 machine's CPU (94 against 76 us, benchmarks/host_overhead.py);
 # an op defined on a Library with the same inferred schema dispatches straight to its kernel and still traces
 # under torch.compile (mutated arguments are marked in the schema, so functionalization sees them). The kernel
 # wrapper keeps what custom_op gave callers: no autograd graph (the ops have no derivatives), version counters
