@@ -69,7 +69,7 @@ def _matmul_to_cache(hidden_state, input_row_offsets, weight, blocks, cache_leng
     if use_tma:
         x = TensorDescriptor.from_tensor(hidden_state, [cfg.block_m, cfg.block_k])
         w = TensorDescriptor.from_tensor(weight, [cfg.block_n, cfg.block_k])
-        w_tail = TensorDescriptor.from_tensor(weight, [tail_n or cfg.block_n, cfg.block_k])
+        w_tail = TensorDescriptor.from_tensor(weight, [tail_n, cfg.block_k]) if tail_n else w
     grid = (main_tiles * split + tail_tiles * tail_split,)
     _matmul_to_cache_kernel[grid](
         x, w, w_tail, blocks, input_row_offsets, cache_lengths, lookup_table, partials, counters,
