@@ -262,6 +262,29 @@ def _row_intervals(t, num_heads, num_q, num_keys, seg_lo, seg_hi, mask_code, win
 
 
 @triton.jit
+def _key_block(acc, m_i, l_i, k0, hi, next_page_block, q_nope, q_rope, qs, qs_rope, key_hi, vis_lo, vis_hi,
+               blocks_ptr, scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
+               stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
+               KV_LORA_RANK: tl.constexpr, ROPE_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_IN_PAGE: tl.constexpr, INTERPRET: tl.constexpr, IEEE: tl.constexpr, QUANT: tl.constexpr,
+               G: tl.constexpr, LAT_MODE: tl.constexpr, LAT_NG: tl.constexpr, LAT_GS: tl.constexpr,
+               ROPE_MODE: tl.constexpr, ROPE_NG: tl.constexpr, ROPE_GS: tl.constexpr, CD: tl.constexpr,
+               ROPE_AWARE: tl.constexpr, ROPE_OFF: tl.constexpr, SPLIT_QS: tl.constexpr,
+               PREFETCH_TABLE: tl.constexpr, MASKED: tl.constexpr):
+    """One step of `_attend_range`'s loops (the interpreted and the compiled one): the block at k0's table entry,
+    then `_attend_block`; returns the running state and the table entry carried to the next block."""
+    page_block, next_page_block = _table_entries(lookup_row, k0, hi, page_size, next_page_block, BLOCK_N,
+                                                 BLOCK_IN_PAGE, PREFETCH_TABLE)
+    acc, m_i, l_i = _attend_block(
+        acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi, blocks_ptr,
+        scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
+        stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
+        KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
+        LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, MASKED)
+    return acc, m_i, l_i, next_page_block
+
+
+@triton.jit
 def _attend_range(acc, m_i, l_i, lo, hi, q_nope, q_rope, qs, qs_rope, key_hi, t, num_heads, num_q, num_keys, seg_lo,
                   seg_hi, mask_code, window, blocks_ptr,
                   scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
@@ -292,25 +315,23 @@ def _attend_range(acc, m_i, l_i, lo, hi, q_nope, q_rope, qs, qs_rope, key_hi, t,
         if INTERPRET:
             k0 = lo
             while k0 < hi:
-                page_block, next_page_block = _table_entries(lookup_row, k0, hi, page_size, next_page_block, BLOCK_N,
-                                                             BLOCK_IN_PAGE, PREFETCH_TABLE)
-                acc, m_i, l_i = _attend_block(
-                    acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi, blocks_ptr,
-                    scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
-                    stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
+                acc, m_i, l_i, next_page_block = _key_block(
+                    acc, m_i, l_i, k0, hi, next_page_block, q_nope, q_rope, qs, qs_rope, key_hi, vis_lo, vis_hi,
+                    blocks_ptr, scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset,
+                    page_size, stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
                     KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
-                    LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, MASKED)
+                    LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, PREFETCH_TABLE,
+                    MASKED)
                 k0 += BLOCK_N
         else:
             for k0 in range(lo, hi, BLOCK_N):
-                page_block, next_page_block = _table_entries(lookup_row, k0, hi, page_size, next_page_block, BLOCK_N,
-                                                             BLOCK_IN_PAGE, PREFETCH_TABLE)
-                acc, m_i, l_i = _attend_block(
-                    acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi, blocks_ptr,
-                    scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
-                    stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
+                acc, m_i, l_i, next_page_block = _key_block(
+                    acc, m_i, l_i, k0, hi, next_page_block, q_nope, q_rope, qs, qs_rope, key_hi, vis_lo, vis_hi,
+                    blocks_ptr, scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset,
+                    page_size, stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
                     KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
-                    LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, MASKED)
+                    LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, PREFETCH_TABLE,
+                    MASKED)
     return acc, m_i, l_i
 
 
