@@ -39,7 +39,7 @@ def _sig(fn, types: dict[str, str], constexprs: dict[str, object]) -> dict[str, 
     return sig
 
 
-def compile_kernel(fn, types, constexprs, num_warps, num_stages, unaligned=()):
+def compile_kernel(fn, types, constexprs, num_warps, num_stages, unaligned=(), maxnreg=None):
     """`unaligned`: argument names not to mark 16-divisible (a launch marks every pointer and int argument that
     is a multiple of 16, and the loads vectorize and pipeline only with that knowledge)."""
     jit = fn
@@ -50,7 +50,10 @@ def compile_kernel(fn, types, constexprs, num_warps, num_stages, unaligned=()):
     src = ASTSource(jit, sig, constexprs={(jit.arg_names.index(k),): v for k, v in constexprs.items()},
                     attrs=attrs)
     target = GPUTarget("cuda", 90, 128)
-    return triton.compile(src, target=target, options={"num_warps": num_warps, "num_stages": num_stages})
+    options = {"num_warps": num_warps, "num_stages": num_stages}
+    if maxnreg:
+        options["maxnreg"] = maxnreg
+    return triton.compile(src, target=target, options=options)
 
 
 def _ptxas_usage(ptx: str) -> str:
@@ -90,6 +93,7 @@ def main(argv=None):
     parser.add_argument("--dump", default="", help="write ttgir/ptx to this prefix")
     parser.add_argument("--max-shared", type=int, default=0,
                         help="exit 1 when a case needs more shared memory than this (bytes; the H200: 232448)")
+    parser.add_argument("--maxnreg", type=int, default=0, help="cap registers per thread (ptx .maxnreg)")
     args = parser.parse_args(argv)
     from cases_sm90 import CASES, decode_spec  # beside this script (on sys.path when run)
     names = [n for n in CASES if n.startswith(args.case[:-1])] if args.case.endswith("*") else args.case.split(",")
@@ -97,7 +101,7 @@ def main(argv=None):
     over = []
     for name in names:
         fn, types, constexprs, warps, stages = CASES[name]()
-        k = compile_kernel(fn, types, constexprs, warps, stages)
+        k = compile_kernel(fn, types, constexprs, warps, stages, maxnreg=args.maxnreg or None)
         if len(names) > 1:
             print(f"{name}: ", end="")
         report(k, args.show)

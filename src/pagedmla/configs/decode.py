@@ -29,6 +29,7 @@ class DecodeConfig:
             bounds on the loads and no interval compares on the logits (the masked blocks before and after it
             keep them); off: one masked loop over every block. On the H200 (bf16, 64-row tiles, 128 heads) it
             took 1219 -> 1112 us at B128 N8192 and 323 -> 296 us at B64 N4096 (see `heuristic` for 16 rows).
+        maxnreg: cap on registers per thread (None: the compiler's choice), so that more programs share an SM.
     """
 
     block_m: int = 64
@@ -37,6 +38,7 @@ class DecodeConfig:
     num_stages: int = 5
     prefetch_table: bool = False
     unmasked_interior: bool = False
+    maxnreg: int | None = None
 
 
 @dataclass(frozen=True)
