@@ -187,14 +187,13 @@ def configs_for(case: Case, extra: list[DecodeConfig] | None = None) -> list[Dec
 
 def parse_config(text: str) -> DecodeConfig:
     """`block_m,block_n,warps,stages[,prefetch][,interior][,r<N>]`: `prefetch` loads the table entries a block
-    ahead, `interior` runs the fully visible key blocks in an unmasked loop of their own, `km` holds the logits
-    keys-major, `r<N>` caps the registers per thread at N."""
+    ahead, `interior` runs the fully visible key blocks in an unmasked loop of their own, `r<N>` caps the
+    registers per thread at N."""
     parts = text.split(",")
     m, n, w, st = (int(x) for x in parts[:4])
     regs = [int(x[1:]) for x in parts[4:] if x.startswith("r")]
     return DecodeConfig(block_m=m, block_n=n, num_warps=w, num_stages=st, prefetch_table="prefetch" in parts[4:],
-                        unmasked_interior="interior" in parts[4:], keys_major="km" in parts[4:],
-                        maxnreg=regs[0] if regs else None)
+                        unmasked_interior="interior" in parts[4:], maxnreg=regs[0] if regs else None)
 
 
 def kernel_times(fn, calls: int = 20) -> dict[str, float]:
@@ -285,8 +284,7 @@ def main() -> None:
                        "default": (cfg is None or cfg == cfgs[0]) and plan is default_plan}
                 results.append(row)
                 tag = "default" if cfg is None else (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages,
-                                                     cfg.prefetch_table, cfg.unmasked_interior, cfg.keys_major,
-                                                     cfg.maxnreg)
+                                                     cfg.prefetch_table, cfg.unmasked_interior, cfg.maxnreg)
                 print(f"  B{batch} N{keys} H{heads} q{q_len}{' fp8' if fp8 else ''} W{w} {tag}: "
                       f"{row['us']:.1f} us  {row['tbps']:.2f} TB/s  {row['tflops']:.0f} TFLOP/s  err {err:.2e}",
                       flush=True)

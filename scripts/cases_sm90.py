@@ -9,7 +9,7 @@ import triton.language as tl
 
 
 def decode(fp8: bool, block_m: int, block_n: int, warps: int, stages: int, prefetch: bool | None = None,
-           interior: bool | None = None, keys_major: bool = False):
+           interior: bool | None = None):
     """The dense decode: bf16 cache and q, or the rope-aware FP8 row with a bf16 q."""
     from pagedmla.kernels.mla_decode import _mla_decode_kernel
     types = {n: "*bf16" for n in ("q_ptr", "out_ptr", "rope_ptr", "q_rope_ptr")}
@@ -21,8 +21,7 @@ def decode(fp8: bool, block_m: int, block_n: int, warps: int, stages: int, prefe
                  LAT_MODE=1 if fp8 else 0, LAT_NG=1, LAT_GS=512, ROPE_MODE=0, ROPE_NG=1, ROPE_GS=64,
                  CD=tl.bfloat16, ROPE_AWARE=fp8, ROPE_OFF=256 if fp8 else 512, Q_ROPE_OFF=512, SPLIT_QS=False,
                  PREFETCH_TABLE=fp8 if prefetch is None else prefetch,
-                 UNMASKED_INTERIOR=(not fp8 and block_m >= 64) if interior is None else interior,
-                 KEYS_MAJOR=keys_major)
+                 UNMASKED_INTERIOR=(not fp8 and block_m >= 64) if interior is None else interior)
     return _mla_decode_kernel, types, const, warps, stages
 
 
@@ -161,16 +160,15 @@ CASES.update({f"heuristic-prefill-{'fp8' if f else 'bf16'}-rows{r}": partial(pre
 
 
 def decode_spec(name: str):
-    """Any dense decode config by name:
-    `decode-{bf16|fp8}-m<M>-n<N>-w<W>-s<S>[-prefetch][-interior|-masked][-km]` (`unmasked_interior` on or off,
-    default: on for bf16 64-row tiles; `-km`: keys-major logits), or None."""
+    """Any dense decode config by name: `decode-{bf16|fp8}-m<M>-n<N>-w<W>-s<S>[-prefetch][-interior|-masked]`
+    (the last: `unmasked_interior` on or off; default: on for bf16 64-row tiles), or None."""
     import re
-    hit = re.fullmatch(r"decode-(bf16|fp8)-m(\d+)-n(\d+)-w(\d+)-s(\d+)(-prefetch)?(-interior|-masked)?(-km)?", name)
+    hit = re.fullmatch(r"decode-(bf16|fp8)-m(\d+)-n(\d+)-w(\d+)-s(\d+)(-prefetch)?(-interior|-masked)?", name)
     if not hit:
         return None
-    kind, m, n, w, s, prefetch, interior, km = hit.groups()
+    kind, m, n, w, s, prefetch, interior = hit.groups()
     return partial(decode, kind == "fp8", int(m), int(n), int(w), int(s), bool(prefetch),
-                   None if interior is None else interior == "-interior", bool(km))
+                   None if interior is None else interior == "-interior")
 
 
 def combine(block_p: int, block_r: int, block_dv: int, warps: int):

@@ -29,8 +29,6 @@ class DecodeConfig:
             bounds on the loads and no interval compares on the logits (the masked blocks before and after it
             keep them); off: one masked loop over every block. On the H200 (bf16, 64-row tiles, 128 heads) it
             took 1219 -> 1112 us at B128 N8192 and 323 -> 296 us at B64 N4096 (see `heuristic` for 16 rows).
-        keys_major: hold the logits as `[keys, rows]` (the key block is the MMA's M): a 16- or 32-row tile then
-            runs on warpgroup MMAs (sm_90) that read the key tile and q from shared memory.
         maxnreg: cap on registers per thread (None: the compiler's choice), so that more programs share an SM.
     """
 
@@ -40,7 +38,6 @@ class DecodeConfig:
     num_stages: int = 5
     prefetch_table: bool = False
     unmasked_interior: bool = False
-    keys_major: bool = False
     maxnreg: int | None = None
 
 
@@ -128,7 +125,7 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     block_m = block_m_for(num_heads, max_q)
     if interpret:
         # the unmasked interior loop on, so that tiny tests run all three key ranges
-        return DecodeConfig(block_m=block_m, block_n=16, num_warps=1, num_stages=1, unmasked_interior=True, keys_major=True)
+        return DecodeConfig(block_m=block_m, block_n=16, num_warps=1, num_stages=1, unmasked_interior=True)
     if compute_dtype is not None:
         if compute_dtype == torch.float32:
             return DecodeConfig(block_m=16, block_n=32, num_warps=8, num_stages=2)

@@ -93,21 +93,17 @@ def _dequant(x, s, W: tl.constexpr, MODE: tl.constexpr, NG: tl.constexpr, GS: tl
 
 @triton.jit
 def _softmax_update(acc, m_i, l_i, s, v, s_v, V_ROW_SCALED: tl.constexpr, CD: tl.constexpr,
-                    INTERPRET: tl.constexpr, IEEE: tl.constexpr, KEYS_MAJOR: tl.constexpr = False):
+                    INTERPRET: tl.constexpr, IEEE: tl.constexpr):
     """One online-softmax step of the decode kernels: logits `s` (base 2, masked keys at -inf) against the
     running (acc, m_i, l_i), then `acc += P @ v` with P in the compute dtype CD. V_ROW_SCALED: `v` holds raw
-    values whose per-row scale `s_v` moves onto P's columns (the scale mode 1 of `_dequant`). KEYS_MAJOR: `s`
-    is `[keys, rows]` and acc `[v columns, rows]` (`acc += v^T @ P`)."""
-    m_new = tl.maximum(m_i, tl.max(s, 0 if KEYS_MAJOR else 1))
+    values whose per-row scale `s_v` moves onto P's columns (the scale mode 1 of `_dequant`)."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
     # rows that have seen no key yet keep m = -inf; shift them by 0 so exp2 gives 0, not NaN
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp2(m_i - m_safe)
-    p = tl.exp2(s - tl.expand_dims(m_safe, 0 if KEYS_MAJOR else 1))
-    l_i = l_i * alpha + tl.sum(p, 0 if KEYS_MAJOR else 1)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
     if V_ROW_SCALED:
-        p = p * tl.expand_dims(s_v, 1 if KEYS_MAJOR else 0)
-    if KEYS_MAJOR:
-        acc = dot(tl.trans(v), _cast(p, CD, INTERPRET), acc * alpha[None, :], INTERPRET, IEEE)
-    else:
-        acc = dot(_cast(p, CD, INTERPRET), v, acc * alpha[:, None], INTERPRET, IEEE)
+        p = p * s_v[None, :]
+    acc = dot(_cast(p, CD, INTERPRET), v, acc * alpha[:, None], INTERPRET, IEEE)
     return acc, m_new, l_i

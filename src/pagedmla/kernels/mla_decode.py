@@ -150,40 +150,6 @@ def _table_entries(lookup_row_ptr, k0, key_hi, page_size, next_page_block, BLOCK
 
 
 @triton.jit
-def _per_row(v, KEYS_MAJOR: tl.constexpr):
-    """A per-row vector (`[BLOCK_M]`) broadcastable against the logits and the accumulator: rows are their
-    second axis when KEYS_MAJOR (`[BLOCK_N, BLOCK_M]`, `[KV_LORA_RANK, BLOCK_M]`), else their first."""
-    return tl.expand_dims(v, 0 if KEYS_MAJOR else 1)
-
-
-@triton.jit
-def _per_key(v, KEYS_MAJOR: tl.constexpr):
-    """A per-key vector (`[BLOCK_N]`) broadcastable against the logits."""
-    return tl.expand_dims(v, 1 if KEYS_MAJOR else 0)
-
-
-@triton.jit
-def _logits(q, k, acc, KEYS_MAJOR: tl.constexpr, INTERPRET: tl.constexpr, IEEE: tl.constexpr):
-    """`acc + q @ k^T` (`[BLOCK_M, BLOCK_N]`), or its transpose `acc + k @ q^T` when KEYS_MAJOR: the keys are
-    then the MMA's M (64 per warpgroup) and a 16- or 32-row tile its N, so a 16-row tile runs on warpgroup
-    MMAs that read the key tile and q straight from shared memory."""
-    if KEYS_MAJOR:
-        return dot(k, tl.trans(q), acc, INTERPRET, IEEE)
-    else:
-        return dot(q, tl.trans(k), acc, INTERPRET, IEEE)
-
-
-@triton.jit
-def _values(p, v, acc, KEYS_MAJOR: tl.constexpr, INTERPRET: tl.constexpr, IEEE: tl.constexpr):
-    """`acc + p @ v` (`[BLOCK_M, KV_LORA_RANK]`), or its transpose `acc + v^T @ p` when KEYS_MAJOR (p is then
-    `[BLOCK_N, BLOCK_M]` and acc `[KV_LORA_RANK, BLOCK_M]`)."""
-    if KEYS_MAJOR:
-        return dot(tl.trans(v), p, acc, INTERPRET, IEEE)
-    else:
-        return dot(p, v, acc, INTERPRET, IEEE)
-
-
-@triton.jit
 def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_block, vis_lo, vis_hi,
                   blocks_ptr, scales_ptr, rope_ptr, lookup_row_ptr, layer_offset, s_layer_offset, r_layer_offset,
                   page_size, stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
@@ -192,7 +158,7 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
                   G: tl.constexpr, LAT_MODE: tl.constexpr, LAT_NG: tl.constexpr, LAT_GS: tl.constexpr,
                   ROPE_MODE: tl.constexpr, ROPE_NG: tl.constexpr, ROPE_GS: tl.constexpr, CD: tl.constexpr,
                   ROPE_AWARE: tl.constexpr, ROPE_OFF: tl.constexpr, SPLIT_QS: tl.constexpr,
-                  MASKED: tl.constexpr, KEYS_MAJOR: tl.constexpr):
+                  MASKED: tl.constexpr):
     """One block of BLOCK_N keys starting at k0 (a multiple of BLOCK_N): online softmax update of
     (acc, m_i, l_i). BLOCK_IN_PAGE: page_size is a multiple of BLOCK_N, so the block is one run of rows.
     MASKED: the block may hold keys past key_hi or keys some row does not see (bounds on the loads, the rows'
@@ -202,8 +168,7 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
     scales per the scale modes of `pagedmla.kernels.mla_sparse_decode`, and the logits multiplied by the
     per-row `qs` (qk_scale times q's scale) instead of `qk_scale`. ROPE_AWARE: the rope columns are bf16 values
     at `ROPE_OFF` of the rows of `rope_ptr` (the cache viewed as bf16); SPLIT_QS: the rope logits take
-    `qs_rope` (an FP8 q's scale covers its latent part only). KEYS_MAJOR: the logits and the accumulator are
-    held transposed (`_logits`, `_values`)."""
+    `qs_rope` (an FP8 q's scale covers its latent part only)."""
     offs_n = k0 + tl.arange(0, BLOCK_N)
     # keys past the tile's interval are never loaded: the lookup table past a sequence's pages and the cache
     # slots past N_b hold garbage, and zeroed V lanes keep NaN out of the products
@@ -239,49 +204,38 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
         s_rope = _load_scales(srow, k_ok, KV_LORA_RANK, ROPE_DIM, G, ROPE_MODE, ROPE_NG, BLOCK_N)
         k_nope = _dequant(k_nope, s_lat, KV_LORA_RANK, LAT_MODE, LAT_NG, LAT_GS, BLOCK_N, CD, INTERPRET)
         k_rope = _dequant(k_rope, s_rope, ROPE_DIM, ROPE_MODE, ROPE_NG, ROPE_GS, BLOCK_N, CD, INTERPRET)
-        if KEYS_MAJOR:
-            zero = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        else:
-            zero = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        zero = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         if LAT_MODE == 1 or ROPE_MODE == 1:
             # a tile with one scale per key row: raw values into the MMA, the scale onto the logits' columns
-            s_l = _logits(q_nope, k_nope, zero, KEYS_MAJOR, INTERPRET, IEEE)
+            s_l = dot(q_nope, tl.trans(k_nope), zero, INTERPRET, IEEE)
             if LAT_MODE == 1:
-                s_l = s_l * _per_key(s_lat, KEYS_MAJOR)
-            s_r = _logits(q_rope, k_rope, zero, KEYS_MAJOR, INTERPRET, IEEE)
+                s_l = s_l * s_lat[None, :]
+            s_r = dot(q_rope, tl.trans(k_rope), zero, INTERPRET, IEEE)
             if ROPE_MODE == 1:
-                s_r = s_r * _per_key(s_rope, KEYS_MAJOR)
+                s_r = s_r * s_rope[None, :]
             if SPLIT_QS:
-                s = s_l * _per_row(qs, KEYS_MAJOR) + s_r * _per_row(qs_rope, KEYS_MAJOR)
+                s = s_l * qs[:, None] + s_r * qs_rope[:, None]
             else:
-                s = (s_l + s_r) * _per_row(qs, KEYS_MAJOR)
+                s = (s_l + s_r) * qs[:, None]
         else:
-            s = _logits(q_rope, k_rope, _logits(q_nope, k_nope, zero, KEYS_MAJOR, INTERPRET, IEEE), KEYS_MAJOR,
-                        INTERPRET, IEEE)
-            s = s * _per_row(qs, KEYS_MAJOR)
+            s = dot(q_rope, tl.trans(k_rope), dot(q_nope, tl.trans(k_nope), zero, INTERPRET, IEEE), INTERPRET, IEEE)
+            s = s * qs[:, None]
         if MASKED:
-            key = _per_key(offs_n, KEYS_MAJOR)
-            vis = (key >= _per_row(vis_lo, KEYS_MAJOR)) & (key < _per_row(vis_hi, KEYS_MAJOR))
+            vis = (offs_n[None, :] >= vis_lo[:, None]) & (offs_n[None, :] < vis_hi[:, None])
             s = tl.where(vis, s, float("-inf"))
-        acc, m_new, l_i = _softmax_update(acc, m_i, l_i, s, k_nope, s_lat, LAT_MODE == 1, CD, INTERPRET, IEEE,
-                                          KEYS_MAJOR)
+        acc, m_new, l_i = _softmax_update(acc, m_i, l_i, s, k_nope, s_lat, LAT_MODE == 1, CD, INTERPRET, IEEE)
     else:
         k_rope = load_or_zero(blocks_ptr + row[:, None] + KV_LORA_RANK + tl.arange(0, ROPE_DIM)[None, :], row_mask)
         k_nope = k_nope.to(q_nope.dtype)
         k_rope = k_rope.to(q_nope.dtype)
-        if KEYS_MAJOR:
-            s = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        else:
-            s = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        s = _logits(q_nope, k_nope, s, KEYS_MAJOR, INTERPRET, IEEE)
-        s = _logits(q_rope, k_rope, s, KEYS_MAJOR, INTERPRET, IEEE)
+        s = dot(q_nope, tl.trans(k_nope), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), INTERPRET, IEEE)
+        s = dot(q_rope, tl.trans(k_rope), s, INTERPRET, IEEE)
         if MASKED:
-            key = _per_key(offs_n, KEYS_MAJOR)
-            vis = (key >= _per_row(vis_lo, KEYS_MAJOR)) & (key < _per_row(vis_hi, KEYS_MAJOR))
+            vis = (offs_n[None, :] >= vis_lo[:, None]) & (offs_n[None, :] < vis_hi[:, None])
             s = tl.where(vis, s * qk_scale, float("-inf"))
         else:
             s = s * qk_scale
-        m_new = tl.maximum(m_i, tl.max(s, 0 if KEYS_MAJOR else 1))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
         if MASKED:
             # rows that have seen no key yet keep m = -inf; shift them by 0 so exp2 gives 0, not NaN
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -289,9 +243,9 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
             # every row sees every key of the block: m_new is finite
             m_safe = m_new
         alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - _per_row(m_safe, KEYS_MAJOR))
-        l_i = l_i * alpha + tl.sum(p, 0 if KEYS_MAJOR else 1)
-        acc = _values(p.to(k_nope.dtype), k_nope, acc * _per_row(alpha, KEYS_MAJOR), KEYS_MAJOR, INTERPRET, IEEE)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = dot(p.to(k_nope.dtype), k_nope, acc * alpha[:, None], INTERPRET, IEEE)
     return acc, m_new, l_i
 
 
@@ -316,7 +270,7 @@ def _key_block(acc, m_i, l_i, k0, hi, next_page_block, q_nope, q_rope, qs, qs_ro
                G: tl.constexpr, LAT_MODE: tl.constexpr, LAT_NG: tl.constexpr, LAT_GS: tl.constexpr,
                ROPE_MODE: tl.constexpr, ROPE_NG: tl.constexpr, ROPE_GS: tl.constexpr, CD: tl.constexpr,
                ROPE_AWARE: tl.constexpr, ROPE_OFF: tl.constexpr, SPLIT_QS: tl.constexpr,
-               PREFETCH_TABLE: tl.constexpr, MASKED: tl.constexpr, KEYS_MAJOR: tl.constexpr):
+               PREFETCH_TABLE: tl.constexpr, MASKED: tl.constexpr):
     """One step of `_attend_range`'s loops (the interpreted and the compiled one): the block at k0's table entry,
     then `_attend_block`; returns the running state and the table entry carried to the next block."""
     page_block, next_page_block = _table_entries(lookup_row, k0, hi, page_size, next_page_block, BLOCK_N,
@@ -326,7 +280,7 @@ def _key_block(acc, m_i, l_i, k0, hi, next_page_block, q_nope, q_rope, qs, qs_ro
         scales_ptr, rope_ptr, lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size,
         stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
         KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
-        LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, MASKED, KEYS_MAJOR)
+        LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, MASKED)
     return acc, m_i, l_i, next_page_block
 
 
@@ -340,7 +294,7 @@ def _attend_range(acc, m_i, l_i, lo, hi, q_nope, q_rope, qs, qs_rope, key_hi, t,
                   G: tl.constexpr, LAT_MODE: tl.constexpr, LAT_NG: tl.constexpr, LAT_GS: tl.constexpr,
                   ROPE_MODE: tl.constexpr, ROPE_NG: tl.constexpr, ROPE_GS: tl.constexpr, CD: tl.constexpr,
                   ROPE_AWARE: tl.constexpr, ROPE_OFF: tl.constexpr, SPLIT_QS: tl.constexpr,
-                  PREFETCH_TABLE: tl.constexpr, MASKED: tl.constexpr, KEYS_MAJOR: tl.constexpr):
+                  PREFETCH_TABLE: tl.constexpr, MASKED: tl.constexpr):
     """The key blocks at lo, lo + BLOCK_N, ... below hi (`_attend_block`, MASKED or not). Compiled: a pipelined
     for loop; interpreted: a while loop (the interpreter takes no runtime bounds in range()). The rows' intervals
     are computed here, for masked ranges only, so that they hold no registers during the unmasked one. An empty
@@ -367,7 +321,7 @@ def _attend_range(acc, m_i, l_i, lo, hi, q_nope, q_rope, qs, qs_rope, key_hi, t,
                     page_size, stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
                     KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
                     LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, PREFETCH_TABLE,
-                    MASKED, KEYS_MAJOR)
+                    MASKED)
                 k0 += BLOCK_N
         else:
             for k0 in range(lo, hi, BLOCK_N):
@@ -377,7 +331,7 @@ def _attend_range(acc, m_i, l_i, lo, hi, q_nope, q_rope, qs, qs_rope, key_hi, t,
                     page_size, stride_blk_b, stride_blk_s, stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale,
                     KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N, BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE,
                     LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD, ROPE_AWARE, ROPE_OFF, SPLIT_QS, PREFETCH_TABLE,
-                    MASKED, KEYS_MAJOR)
+                    MASKED)
     return acc, m_i, l_i
 
 
@@ -395,7 +349,6 @@ def _mla_decode_kernel(
     LAT_GS: tl.constexpr, ROPE_MODE: tl.constexpr, ROPE_NG: tl.constexpr, ROPE_GS: tl.constexpr,
     CD: tl.constexpr, ROPE_AWARE: tl.constexpr, ROPE_OFF: tl.constexpr, Q_ROPE_OFF: tl.constexpr,
     SPLIT_QS: tl.constexpr, PREFETCH_TABLE: tl.constexpr, UNMASKED_INTERIOR: tl.constexpr,
-    KEYS_MAJOR: tl.constexpr,
 ):
     """Program (worker w, row tile t): the tile's rows against the keys of w's span, sequence by sequence."""
     pid = tl.program_id(0)
@@ -460,10 +413,7 @@ def _mla_decode_kernel(
                     q_nope = q_nope.to(tl.float32)
                     q_rope = q_rope.to(tl.float32)
             lookup_row = lookup_ptr + b.to(tl.int64) * stride_lt_b
-            if KEYS_MAJOR:
-                acc = tl.zeros([KV_LORA_RANK, BLOCK_M], dtype=tl.float32)
-            else:
-                acc = tl.zeros([BLOCK_M, KV_LORA_RANK], dtype=tl.float32)
+            acc = tl.zeros([BLOCK_M, KV_LORA_RANK], dtype=tl.float32)
             m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
             l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
             # masked blocks [key_lo, a), blocks every row sees in full [a, z), masked blocks [z, key_hi): no
@@ -488,9 +438,7 @@ def _mla_decode_kernel(
                     lookup_row, layer_offset, s_layer_offset, r_layer_offset, page_size, stride_blk_b, stride_blk_s,
                     stride_s_b, stride_s_s, stride_r_b, stride_r_s, qk_scale, KV_LORA_RANK, ROPE_DIM, BLOCK_M, BLOCK_N,
                     BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE, LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD,
-                    ROPE_AWARE, ROPE_OFF, SPLIT_QS, PREFETCH_TABLE, part != 1, KEYS_MAJOR)
-            if KEYS_MAJOR:
-                acc = tl.trans(acc)
+                    ROPE_AWARE, ROPE_OFF, SPLIT_QS, PREFETCH_TABLE, part != 1)
 
             has = l_i > 0
             lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * LN2, float("-inf"))

@@ -191,7 +191,7 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
         INTERPRET=interpret, QUANT=quant, Q_SCALED=q_fp8, G=group, LAT_MODE=modes[0], LAT_NG=modes[1],
         LAT_GS=modes[2], ROPE_MODE=modes[3], ROPE_NG=modes[4], ROPE_GS=modes[5], CD=_TL_DTYPES[cd],
         ROPE_AWARE=rope_aware, ROPE_OFF=rope_off, Q_ROPE_OFF=q_rope_off, SPLIT_QS=q_fp8 and rope_aware,
-        PREFETCH_TABLE=cfg.prefetch_table, UNMASKED_INTERIOR=cfg.unmasked_interior, KEYS_MAJOR=cfg.keys_major,
+        PREFETCH_TABLE=cfg.prefetch_table, UNMASKED_INTERIOR=cfg.unmasked_interior,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     if split:
         ccfg = combine_config or combine_heuristic(num_workers=num_workers, batch=batch,
