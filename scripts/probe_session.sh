@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: 16-head dense decode with two programs per SM (4-warp tiles, or
-# 8 warps capped at 128 registers) against the one-program default, bf16 and FP8, at the default and twice the
-# default worker count.
+# One device call (edit per session). This one: Nsight Compute on one launch of the dense decode kernel per case
+# (16 heads FP8 and bf16, 128 heads bf16, B64 N4096): throughput, warp stall reasons per issued instruction.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-BF="--config 16,64,8,5,interior --config 16,32,4,3,interior --config 16,32,4,5,interior --config 16,64,4,2,interior --config 16,32,8,3,interior,r128"
-timeout 280 python3 benchmarks/decode_probe.py --sweep --case 64,4096,16,1 --case 128,4096,16,1 --case 1,16384,16,1 \
-  $BF --workers 132,264 > "$OUT/bf16.txt" 2>&1
-F8="--config 16,64,8,3,prefetch --config 16,32,4,2,prefetch --config 16,32,4,3,prefetch --config 16,64,4,2,prefetch --config 16,32,8,3,prefetch,r128"
-timeout 200 python3 benchmarks/decode_probe.py --sweep --case 64,4096,16,1,fp8 --case 128,4096,16,1,fp8 \
-  $F8 --workers 132,264 > "$OUT/fp8.txt" 2>&1
-grep -E "^#|TB/s|failed|Error" "$OUT/bf16.txt" "$OUT/fp8.txt" | sed 's/^.*txt://' | cut -c1-150
+which ncu || ls /opt/nvidia/nsight-compute/*/ncu
+NCU=$(which ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
+for c in 64,4096,16,1,fp8 64,4096,16,1 64,4096,128,1; do
+  timeout 150 $NCU --clock-control none -k regex:_mla_decode_kernel --launch-skip 2 --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+    --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats \
+    --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,sm__cycles_elapsed.avg,smsp__cycles_active.avg" \
+    python3 scripts/ncu_decode.py $c > "$OUT/ncu-$c.txt" 2>&1
+  echo "== $c"; grep -E "Duration|Memory Throughput|DRAM Throughput|Executed Ipc A|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|Registers Per|Achieved Occupancy|L1/TEX Hit|Shared Memory|inst_executed.sum|cycles_elapsed.avg|Error|ERR" "$OUT/ncu-$c.txt" | head -24
+  grep -E "stalled_.*ratio" "$OUT/ncu-$c.txt" | awk '{print $1, $NF}' | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | sort -k2 -g -r | head -9 | tr '\n' ';'; echo
+done
