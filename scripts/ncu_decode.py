@@ -3,7 +3,7 @@
     PYTHONPATH=src python3 scripts/ncu_decode.py B,N,H,q[,fp8] [block_m,block_n,warps,stages[,flags]]
 
 Under Nsight Compute, for example:
-    ncu --clock-control none -k regex:_mla_decode_kernel --launch-skip 2 --launch-count 1 \\
+    ncu --clock-control none -k regex:_mla_decode_kernel --launch-skip 1 --launch-count 1 \\
         --section WarpStateStats python3 scripts/ncu_decode.py 64,4096,16,1,fp8
 The case is `benchmarks/decode_probe.py`'s (random data, shuffled table); the optional config is parsed as its
 `--config`.
