@@ -100,9 +100,9 @@ CASES.update({f"prefill-fp8-m{m}-n{n}-s{s}": partial(prefill_fp8, m, n, 8, s)
 
 
 
-def decode_fp8_heuristic(heads: int, max_q: int, granularity: int, fp8_q: bool):
+def decode_fp8_heuristic(heads: int, max_q: int, granularity: int, fp8_q: bool, programs_per_sm: int = 1):
     """The FP8 dense decode with the config the heuristic picks: rope-aware row (granularity 0) or a plain FP8
-    cache with one scale per `granularity` columns, bf16 or FP8 q."""
+    cache with one scale per `granularity` columns, bf16 or FP8 q; `programs_per_sm` as the launcher passes it."""
     import torch
 
     from pagedmla.configs.decode import block_m_for, heuristic
@@ -113,7 +113,7 @@ def decode_fp8_heuristic(heads: int, max_q: int, granularity: int, fp8_q: bool):
         lat, rope = (1, 1, 512), (0, 1, 64)
     cfg = heuristic(num_heads=heads, max_q=max_q, kv_lora_rank=512, rope_dim=64,
                     q_dtype=torch.float8_e4m3fn if fp8_q else torch.bfloat16, cache_dtype=torch.float8_e4m3fn,
-                    compute_dtype=torch.bfloat16, tile_scales=lat[0] in (2, 3))
+                    compute_dtype=torch.bfloat16, tile_scales=lat[0] in (2, 3), programs_per_sm=programs_per_sm)
     assert cfg.block_m == block_m_for(heads, max_q)
     fn, types, const, _, _ = decode(True, cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages,
                                     prefetch=cfg.prefetch_table)
@@ -130,6 +130,9 @@ def decode_fp8_heuristic(heads: int, max_q: int, granularity: int, fp8_q: bool):
 
 CASES.update({f"heuristic-fp8-h{h}-q{q}-g{g}-{'fp8q' if f else 'bf16q'}": partial(decode_fp8_heuristic, h, q, g, f)
               for h, q in ((16, 1), (16, 2), (128, 1)) for g in (0, 576, 128, 96) for f in (False, True)})
+# the launcher's two-programs-per-SM picks (each must fit in half an SM's shared memory)
+CASES.update({f"heuristic-fp8-h16-q1-g{g}-{'fp8q' if f else 'bf16q'}-2sm": partial(decode_fp8_heuristic, 16, 1, g, f, 2)
+              for g in (0, 576, 128) for f in (False, True)})
 
 
 def decode_bf16_heuristic(heads: int, max_q: int, batch: int):

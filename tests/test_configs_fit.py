@@ -16,6 +16,7 @@ import triton
 ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 H200_SHARED_BYTES = 232448
+H200_SM_SHARED_BYTES = 233472  # per SM, shared by the blocks resident on it
 
 
 @pytest.mark.skipif(not os.path.exists(PTXAS), reason="the triton wheel has no bundled ptxas")
@@ -26,6 +27,20 @@ def test_heuristic_configs_fit_shared_memory():
                           "--max-shared", str(H200_SHARED_BYTES)], capture_output=True, text=True, env=env,
                          timeout=600, check=False)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    # every case was compiled: the FP8 decode matrix of head counts, scale granularities and q dtypes (24), the
-    # bf16 decode (5) and the prefill (4)
-    assert res.stdout.count("shared bytes:") >= 33, res.stdout[-2000:]
+    # every case was compiled: the FP8 decode matrix of head counts, scale granularities and q dtypes (24), its
+    # two-programs-per-SM picks (6), the bf16 decode (5) and the prefill (4)
+    assert res.stdout.count("shared bytes:") >= 39, res.stdout[-2000:]
+
+
+@pytest.mark.skipif(not os.path.exists(PTXAS), reason="the triton wheel has no bundled ptxas")
+def test_two_programs_per_sm_tiles_fit_half_an_sm():
+    """The 4-warp FP8 tiles picked for two programs per SM fit twice in an SM's shared memory (each block also
+    takes 1 KiB reserved by the driver; 4 warps at 255 registers fit twice in the register file)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
+    cases = "heuristic-fp8-h16-q1-g0-bf16q-2sm,heuristic-fp8-h16-q1-g576-bf16q-2sm"
+    res = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "compile_sm90.py"), cases,
+                          "--max-shared", str(H200_SM_SHARED_BYTES // 2 - 1024)], capture_output=True, text=True,
+                         env=env, timeout=600, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert res.stdout.count("shared bytes:") == 2, res.stdout[-2000:]

@@ -682,6 +682,31 @@ def test_heuristic_unmasked_interior():
     assert not heuristic(num_heads=16, max_q=1, batch=64, **fp8).unmasked_interior
 
 
+def test_two_programs_per_sm_heuristics():
+    """Rope-aware FP8 caches at 16-row tiles schedule two programs per SM from 2^19 batch keys on (B128 N4096:
+    256 workers on 132 SMs, whole pieces of 2 per sequence), and the launcher then picks the 4-warp tile that
+    fits twice in an SM; other caches, 64-row tiles, FP8 q and tile scales keep one program per SM's tiles."""
+    from pagedmla.configs.decode import TWO_PER_SM_MIN_KEYS, heuristic, plan_heuristic, programs_per_sm
+    assert programs_per_sm(num_heads=16, max_q=1, batch=128, max_keys=4096, rope_aware_fp8=True) == 2
+    assert programs_per_sm(num_heads=16, max_q=1, batch=64, max_keys=4096, rope_aware_fp8=True) == 1
+    assert programs_per_sm(num_heads=16, max_q=1, batch=1, max_keys=TWO_PER_SM_MIN_KEYS, rope_aware_fp8=True) == 2
+    assert programs_per_sm(num_heads=16, max_q=1, batch=128, max_keys=4096, rope_aware_fp8=False) == 1
+    assert programs_per_sm(num_heads=16, max_q=2, batch=128, max_keys=4096, rope_aware_fp8=True) == 1
+    assert programs_per_sm(num_heads=128, max_q=1, batch=128, max_keys=4096, rope_aware_fp8=True) == 1
+    plan = dict(num_heads=16, max_q=1, max_keys=4096, num_sms=132)
+    assert plan_heuristic(batch=128, programs_per_sm=2, **plan).num_workers == 256
+    assert plan_heuristic(batch=128, **plan).num_workers == 128
+    assert plan_heuristic(batch=32, programs_per_sm=2, **dict(plan, max_keys=32768)).num_workers == 256
+    fp8 = dict(num_heads=16, max_q=1, kv_lora_rank=512, rope_dim=64, q_dtype=torch.bfloat16,
+               cache_dtype=torch.float8_e4m3fn, compute_dtype=torch.bfloat16)
+    two = heuristic(programs_per_sm=2, **fp8)
+    assert (two.block_n, two.num_warps, two.num_stages, two.prefetch_table) == (32, 4, 4, True)
+    assert heuristic(**fp8).num_warps == 8
+    assert heuristic(programs_per_sm=2, **dict(fp8, q_dtype=torch.float8_e4m3fn)).num_warps == 8
+    assert heuristic(programs_per_sm=2, tile_scales=True, **fp8).num_warps == 8
+    assert heuristic(programs_per_sm=2, **dict(fp8, num_heads=128)).block_m == 64
+
+
 def test_combine_heuristic_tiles():
     """Few pieces per sequence: 2 pieces per step over whole rows; many (B = 1): up to 64 pieces per step."""
     few = combine_heuristic(num_workers=128, batch=64, kv_lora_rank=512)
@@ -718,8 +743,9 @@ def test_launch_variants(cache_kind, block_m, parts, prefetch, interior):
 @pytest.mark.gpu
 @pytest.mark.parametrize("cache_kind", ["bf16", "fp8-rope-aware", "fp8-G128"])
 @pytest.mark.parametrize("heads,block_m,block_n,warps,stages", [
-    (16, 16, 32, 4, 3), (16, 16, 32, 8, 5), (16, 16, 64, 8, 2), (128, 64, 32, 8, 3), (128, 64, 64, 8, 2),
-], ids=["H16-n32w4", "H16-n32s5", "H16-n64s2", "H128-n32s3", "H128-n64s2"])
+    (16, 16, 32, 4, 3), (16, 16, 32, 4, 4), (16, 16, 32, 8, 5), (16, 16, 64, 8, 2), (128, 64, 32, 8, 3),
+    (128, 64, 64, 8, 2),
+], ids=["H16-n32w4", "H16-n32w4s4", "H16-n32s5", "H16-n64s2", "H128-n32s3", "H128-n64s2"])
 @pytest.mark.parametrize("prefetch,page_size", [(False, 64), (True, 64), (True, 16)],
                          ids=["no-prefetch", "prefetch", "prefetch-ps16"])
 def test_gpu_launch_variants(cache_kind, heads, block_m, block_n, warps, stages, prefetch, page_size):
@@ -744,6 +770,35 @@ def test_gpu_launch_variants(cache_kind, heads, block_m, block_n, warps, stages,
     want, want_lse = fp8_reference(pb, kv, q32, rope=64)
     low, low_lse = fp8_lowprec(pb, kv, q32, torch.bfloat16, rope=64)
     check_fp8_lowprec(got, lse, want, want_lse, low, low_lse)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("q_kind", ["bf16", "fp8"])
+def test_gpu_fp8_two_programs_per_sm(q_kind):
+    """More workers than SMs (here asked for; the plan does it for big rope-aware FP8 batches) make the launcher
+    pick the two-per-SM tile (bf16 q) or keep the 8-warp one (FP8 q): both against the float32 reference, on a
+    batch with an empty sequence, a one-key sequence and multi-token rows; and a plan of such a batch has
+    twice the workers."""
+    pb, q = batch([3000, 0, 1, 4000, 129, 700], [1, 1, 1, 2, 1, 1], heads=16, head_size=576, page_size=64,
+                  dtype=torch.bfloat16, seed=107, device="cuda")
+    kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if q_kind == "fp8":
+        q_in, q_scale, q32 = fp8_q_rope_aware(q, rope=64)
+    else:
+        q_in, q_scale, q32 = q, None, q.float()
+    got, lse = run_fp8(pb, kv, q_in, q_scale=q_scale, parts=2 * sms + 5, rope=64)
+    want, want_lse = fp8_reference(pb, kv, q32, rope=64)
+    low, low_lse = fp8_lowprec(pb, kv, q32, torch.bfloat16, rope=64)
+    check_fp8_lowprec(got, lse, want, want_lse, low, low_lse)
+    offsets = torch.arange(129, dtype=torch.int32, device="cuda")
+    lengths = torch.full((128,), 4095, dtype=torch.int32, device="cuda")
+    # the plan reads lengths only: the cache's contents do not matter here
+    blocks = torch.zeros(kv.params.block_shape(128 * 64), dtype=torch.float8_e4m3fn, device="cuda")
+    table = torch.arange(128 * 64, dtype=torch.int32, device="cuda").view(128, 64)
+    big = pm.PagedKVCacheCollection(blocks, lengths, table, kv.params, torch.ones(kv.params.scales_shape(128 * 64),
+                                    device="cuda"), max_seq_length=1, max_cache_length=4096)
+    assert pm.mla_decode_plan(offsets, big, num_heads=16, backend="triton").num_partitions > sms
 
 
 @pytest.mark.gpu

@@ -87,10 +87,29 @@ def block_m_for(num_heads: int, max_q: int) -> int:
     return min(64, max(16, _pow2_at_least(max(1, num_heads * max(1, max_q)))))
 
 
+# FP8 16-row tiles run two programs per SM (`programs_per_sm`) from this many keys in a batch on (batch x keys)
+TWO_PER_SM_MIN_KEYS = 1 << 19
+
+
+def programs_per_sm(*, num_heads: int, max_q: int, batch: int, max_keys: int, rope_aware_fp8: bool) -> int:
+    """Programs per SM the plan schedules workers for: 2 for the rope-aware FP8 cache at 16-row tiles with at
+    least TWO_PER_SM_MIN_KEYS keys in the batch, else 1.
+
+    Two 4-warp programs per SM (`heuristic`'s two-per-SM FP8 tile) hide each other's latency chains. On the
+    H200 (benchmarks/decode_probe.py, 16 heads, one query token, benchmarks/results/session-6/
+    fp8-two-per-sm-22ab22c.txt) against one 8-warp program per SM at the default workers: B128 N4096 252.0 ->
+    238.9 us, B128 N8192 494.1 -> 460.3, B32 N32768 501.8 -> 471.1; B64 N4096 135.8 -> 135.6 (even), and
+    smaller batches slower (B16 N4096 45.9 -> 52.8, B1 N16384 20.0 -> 21.7), hence the threshold."""
+    if not rope_aware_fp8 or block_m_for(num_heads, max_q) > 16:
+        return 1
+    return 2 if batch * max_keys >= TWO_PER_SM_MIN_KEYS else 1
+
+
 @functools.lru_cache(maxsize=4096)
 def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q_dtype: torch.dtype,
               cache_dtype: torch.dtype, batch: int = 64, interpret: bool = False,
-              compute_dtype: torch.dtype | None = None, tile_scales: bool = False) -> DecodeConfig:
+              compute_dtype: torch.dtype | None = None, tile_scales: bool = False,
+              programs_per_sm: int = 1) -> DecodeConfig:
     """Tiles for one decode call (measured on an H200, see benchmarks/decode_probe.py).
 
     Every tile takes 8 warps: a 64-row tile needs two warpgroups for its `[64, kv_lora_rank]` float32
@@ -116,7 +135,11 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     rope-aware row (one scale per row): 16-row tiles take 64-key blocks at 3 stages, 64-row tiles 64-key
     blocks at 2 stages. `tile_scales` (scales applied inside the latent tile: a granularity finer than the
     latent) needs room for the scale tiles: 2 stages at 16 rows, 32-key blocks at 2 stages at 64 rows. 32-row
-    tiles, and 16-row tiles with an FP8 q, take 2 stages (3 do not fit, or barely, with an FP8 q).
+    tiles, and 16-row tiles with an FP8 q, take 2 stages (3 do not fit, or barely, with an FP8 q). When the
+    plan schedules two programs per SM (`programs_per_sm`, from the schedule's worker count), 16-row tiles of
+    a bf16 q and one scale per row take 4 warps, 32-key blocks and 4 stages (114 KB of shared memory and 255
+    registers each, so two fit an SM): at 256-258 workers they beat the 8-warp tile at every measured shape
+    (B1 N16384 25.2 -> 21.5 us, B16 N4096 58.0 -> 52.8, B64 N4096 149.3 -> 135.6, B128 N4096 264.2 -> 238.9).
 
     Every config here fits the H200's 227 KiB of shared memory per block for DeepSeek's 576/512 dims, with
     bf16 or FP8 q and every scale mode (checked with `scripts/compile_sm90.py`, which reports a kernel's shared
@@ -132,6 +155,8 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
         if block_m >= 64:
             return DecodeConfig(block_m=block_m, block_n=32 if tile_scales else 64, num_warps=8, num_stages=2,
                                 prefetch_table=True)
+        if programs_per_sm >= 2 and block_m <= 16 and not tile_scales and q_dtype != torch.float8_e4m3fn:
+            return DecodeConfig(block_m=block_m, block_n=32, num_warps=4, num_stages=4, prefetch_table=True)
         # an FP8 q's tiles take shared memory too: 3 stages would leave 512 bytes of the 227 KiB
         stages = 3 if block_m <= 16 and not tile_scales and q_dtype != torch.float8_e4m3fn else 2
         return DecodeConfig(block_m=block_m, block_n=64, num_warps=8, num_stages=stages, prefetch_table=True)
@@ -169,8 +194,9 @@ def combine_heuristic(*, num_workers: int, batch: int, kv_lora_rank: int,
 
 @functools.lru_cache(maxsize=4096)
 def plan_heuristic(*, batch: int, num_heads: int, max_q: int, max_keys: int, num_sms: int,
-                   interpret: bool = False) -> DecodePlanConfig:
-    """Workers for one step: one program per SM in all (row tiles times workers), but never so many that a
+                   interpret: bool = False, programs_per_sm: int = 1) -> DecodePlanConfig:
+    """Workers for one step: `programs_per_sm` programs per SM in all (row tiles times workers; see
+    `programs_per_sm`), but never so many that a
     worker gets fewer than ~2 blocks of the longest possible batch (the combine would cost more than the
     split gains). When it costs at most a tenth of the programs, the count is rounded so that equal
     sequences fall into whole pieces (k workers per sequence, or k sequences per worker): splitting a
@@ -180,7 +206,7 @@ def plan_heuristic(*, batch: int, num_heads: int, max_q: int, max_keys: int, num
     granularity = 64
     block_m = block_m_for(num_heads, max_q)
     tiles = -(-num_heads * max(1, max_q) // block_m)
-    workers = max(1, num_sms // tiles)
+    workers = max(1, programs_per_sm * num_sms // tiles)
     if batch >= 1:
         per_worker = -(-batch // workers)
         whole = batch * (workers // batch) if batch < workers else -(-batch // per_worker)

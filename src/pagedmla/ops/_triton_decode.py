@@ -21,9 +21,11 @@ from ..configs.decode import (
     CombineConfig,
     DecodeConfig,
     DecodePlanConfig,
+    block_m_for,
     combine_heuristic,
     heuristic,
     plan_heuristic,
+    programs_per_sm,
 )
 from ..kernels.mla_decode import (
     _mla_decode_combine_kernel,
@@ -47,10 +49,12 @@ def _num_sms(device: torch.device) -> int:
 
 
 def plan_config(*, batch: int, num_heads: int, max_q: int, max_keys: int, device: torch.device,
-                num_partitions: int | None = None) -> DecodePlanConfig:
+                num_partitions: int | None = None, rope_aware_fp8: bool = False) -> DecodePlanConfig:
     """The schedule parameters `plan` uses (num_partitions, when given, fixes the worker count)."""
+    per_sm = programs_per_sm(num_heads=num_heads, max_q=max_q, batch=batch, max_keys=max_keys,
+                             rope_aware_fp8=rope_aware_fp8)
     cfg = plan_heuristic(batch=batch, num_heads=num_heads, max_q=max_q, max_keys=max_keys,
-                         num_sms=_num_sms(device), interpret=interpreter_enabled())
+                         num_sms=_num_sms(device), interpret=interpreter_enabled(), programs_per_sm=per_sm)
     if num_partitions is not None:
         cfg = dataclasses.replace(cfg, num_workers=num_partitions)
     return cfg
@@ -72,7 +76,8 @@ def plan(input_row_offsets, kv_collection, num_heads: int, num_partitions: int |
     batch = kv_collection.batch_size
     device = kv_collection.device
     cfg = plan_config(batch=batch, num_heads=num_heads, max_q=max_q, max_keys=max_keys, device=device,
-                      num_partitions=num_partitions)
+                      num_partitions=num_partitions,
+                      rope_aware_fp8=kv_collection.params.per_token_scale_rope_aware)
     schedule = torch.empty((1 + cfg.num_workers + batch, 4), dtype=torch.int32, device=device)
     fill_schedule(schedule, input_row_offsets, kv_collection.cache_lengths, cfg)
     args = torch.tensor([batch, max_q, cfg.num_workers, max_keys], dtype=torch.int32, device=device)
@@ -166,9 +171,15 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
     else:
         cd = q.dtype
         ieee = torch.float32 in (q.dtype, blocks.dtype) or q.dtype != blocks.dtype
-    cfg = config or heuristic(num_heads=num_heads, max_q=max_q, kv_lora_rank=kv_lora_rank, rope_dim=rope,
-                              q_dtype=q.dtype, cache_dtype=blocks.dtype, batch=batch, interpret=interpret,
-                              compute_dtype=cd if quant else None, tile_scales=modes[0] in (2, 3))
+    if config is None:
+        # more programs than SMs (a plan of `programs_per_sm` 2, or many partitions asked for) share the SMs
+        tiles = triton.cdiv(max_q * num_heads, block_m_for(num_heads, max_q))
+        per_sm = 2 if not interpret and num_workers * tiles > _num_sms(q.device) else 1
+        config = heuristic(num_heads=num_heads, max_q=max_q, kv_lora_rank=kv_lora_rank, rope_dim=rope,
+                           q_dtype=q.dtype, cache_dtype=blocks.dtype, batch=batch, interpret=interpret,
+                           compute_dtype=cd if quant else None, tile_scales=modes[0] in (2, 3),
+                           programs_per_sm=per_sm)
+    cfg = config
     max_rows = max_q * num_heads
     num_tiles = triton.cdiv(max_rows, cfg.block_m)
     split = num_workers > 1
