@@ -740,6 +740,18 @@ def test_launch_variants(cache_kind, block_m, parts, prefetch, interior):
     check_fp32(got, lse, *want)
 
 
+@cpu_tier
+@pytest.mark.parametrize("interior", [True, False], ids=["interior", "all-masked"])
+def test_launch_64_row_bf16_tiles(interior):
+    """64-row bf16 tiles (the logits as two MMAs, p and alpha passed through `hide_from_dot_chain`): two row
+    tiles per sequence (24 heads x up to 3 tokens), sequences split across workers, an empty sequence."""
+    pb, q = batch([7, 0, 23, 40], [2, 1, 3, 1], heads=24, page_size=16, dtype=torch.bfloat16, seed=109)
+    cfg = DecodeConfig(block_m=64, block_n=16, num_warps=1, num_stages=1, unmasked_interior=interior)
+    got, lse = run_launcher(pb, pb.kv, q, cfg, parts=3)
+    want, want_lse = reference(pb, q)
+    check_lowprec(pb, q, got, lse, want, want_lse)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("cache_kind", ["bf16", "fp8-rope-aware", "fp8-G128"])
 @pytest.mark.parametrize("heads,block_m,block_n,warps,stages", [

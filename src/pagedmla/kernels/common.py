@@ -34,6 +34,36 @@ def dot(a, b, acc, INTERPRET: tl.constexpr, IEEE: tl.constexpr):
 
 
 @triton.jit
+def split_logits(q_a, k_a, q_b, k_b, opaque, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 INTERPRET: tl.constexpr, IEEE: tl.constexpr):
+    """`q_a @ k_a^T + q_b @ k_b^T` (float32 `[BLOCK_M, BLOCK_N]`) as two MMAs, neither of which feeds the other.
+
+    With warpgroup MMAs, Triton gives a dot whose result flows into another dot all its warps along M (the
+    flash-attention layout); at 64 rows and 8 warps both warpgroups then compute the same logits. Here the
+    second product is not accumulated onto the first, and their accumulators start at `0 * opaque` (a runtime
+    float the compiler cannot prove finite), which keeps the compiler from fusing `x + dot(a, b, 0)` back into
+    one chained dot. With `hide_from_dot_chain` on what reaches the next dot, the logits' MMA splits its N
+    across the warpgroups instead."""
+    zero = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32) * opaque
+    return dot(q_a, tl.trans(k_a), zero, INTERPRET, IEEE) + dot(q_b, tl.trans(k_b), zero, INTERPRET, IEEE)
+
+
+@triton.jit
+def hide_from_dot_chain(p, alpha, opaque):
+    """`(p, alpha)` unchanged, passed through a branch on a runtime float (`opaque == opaque`, false only for
+    NaN; both branches give the same values: `x + 0.0` only turns -0 into +0). Triton's layout choice looks
+    for a dot in the uses of a dot's result, and does not follow values out of a branch, so the logits'
+    MMA is not laid out as the start of a chain (see `split_logits`)."""
+    if opaque == opaque:
+        p_out = p
+        alpha_out = alpha
+    else:
+        p_out = p + 0.0
+        alpha_out = alpha + 0.0
+    return p_out, alpha_out
+
+
+@triton.jit
 def visible_range(q_pos, num_keys, mask_code, window):
     """Visible keys `[lo, hi)` of queries at absolute positions `q_pos` (any shape) among `num_keys` keys."""
     causal = (mask_code == 1) | (mask_code == 2) | (mask_code == 5)

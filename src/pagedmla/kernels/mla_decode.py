@@ -34,7 +34,7 @@ Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave
 import triton
 import triton.language as tl
 
-from .common import dot, load_or_zero, visible_range
+from .common import dot, hide_from_dot_chain, load_or_zero, split_logits, visible_range
 from .fp8 import _dequant, _load_scales, _softmax_update
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -228,8 +228,12 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
         k_rope = load_or_zero(blocks_ptr + row[:, None] + KV_LORA_RANK + tl.arange(0, ROPE_DIM)[None, :], row_mask)
         k_nope = k_nope.to(q_nope.dtype)
         k_rope = k_rope.to(q_nope.dtype)
-        s = dot(q_nope, tl.trans(k_nope), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), INTERPRET, IEEE)
-        s = dot(q_rope, tl.trans(k_rope), s, INTERPRET, IEEE)
+        if BLOCK_M >= 64:
+            # one warpgroup per half of the keys, not both on all of them (`split_logits`)
+            s = split_logits(q_nope, k_nope, q_rope, k_rope, qk_scale, BLOCK_M, BLOCK_N, INTERPRET, IEEE)
+        else:
+            s = dot(q_nope, tl.trans(k_nope), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), INTERPRET, IEEE)
+            s = dot(q_rope, tl.trans(k_rope), s, INTERPRET, IEEE)
         if MASKED:
             vis = (offs_n[None, :] >= vis_lo[:, None]) & (offs_n[None, :] < vis_hi[:, None])
             s = tl.where(vis, s * qk_scale, float("-inf"))
@@ -245,6 +249,8 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
+        if BLOCK_M >= 64:
+            p, alpha = hide_from_dot_chain(p, alpha, qk_scale)
         acc = dot(p.to(k_nope.dtype), k_nope, acc * alpha[:, None], INTERPRET, IEEE)
     return acc, m_new, l_i
 
