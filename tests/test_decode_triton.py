@@ -741,15 +741,24 @@ def test_launch_variants(cache_kind, block_m, parts, prefetch, interior):
 
 
 @cpu_tier
-@pytest.mark.parametrize("interior", [True, False], ids=["interior", "all-masked"])
-def test_launch_64_row_bf16_tiles(interior):
-    """64-row bf16 tiles (the logits as two MMAs, p and alpha passed through `hide_from_dot_chain`): two row
-    tiles per sequence (24 heads x up to 3 tokens), sequences split across workers, an empty sequence."""
-    pb, q = batch([7, 0, 23, 40], [2, 1, 3, 1], heads=24, page_size=16, dtype=torch.bfloat16, seed=109)
+@pytest.mark.parametrize("cache_kind,interior", [("bf16", True), ("bf16", False), ("fp8-G8", False),
+                                                 ("fp8-rope-aware", False)])
+def test_launch_64_row_tiles(cache_kind, interior):
+    """64-row tiles (the logits as MMAs that feed no other dot, p and alpha passed through
+    `hide_from_dot_chain`) on bf16 and FP8 caches (scales inside the tile, one scale per row): two row tiles
+    per sequence (24 heads x up to 3 tokens), sequences split across workers, an empty sequence."""
+    dtype = torch.bfloat16 if cache_kind == "bf16" else torch.float32
+    pb, q = batch([7, 0, 23, 40], [2, 1, 3, 1], heads=24, page_size=16, dtype=dtype, seed=109)
     cfg = DecodeConfig(block_m=64, block_n=16, num_warps=1, num_stages=1, unmasked_interior=interior)
-    got, lse = run_launcher(pb, pb.kv, q, cfg, parts=3)
-    want, want_lse = reference(pb, q)
-    check_lowprec(pb, q, got, lse, want, want_lse)
+    if cache_kind == "bf16":
+        got, lse = run_launcher(pb, pb.kv, q, cfg, parts=3)
+        want, want_lse = reference(pb, q)
+        check_lowprec(pb, q, got, lse, want, want_lse)
+        return
+    kv = (pm.quantize_kv_cache(pb.kv, 8) if cache_kind == "fp8-G8"
+          else pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=ROPE))
+    got, lse = run_launcher(pb, kv, q, cfg, parts=3)
+    check_fp32(got, lse, *fp8_reference(pb, kv, q))
 
 
 @pytest.mark.gpu

@@ -5,7 +5,7 @@ fast exact e4m3 -> bf16 conversion)."""
 import triton
 import triton.language as tl
 
-from .common import dot
+from .common import dot, hide_from_dot_chain
 
 
 @triton.jit
@@ -92,11 +92,12 @@ def _dequant(x, s, W: tl.constexpr, MODE: tl.constexpr, NG: tl.constexpr, GS: tl
 
 
 @triton.jit
-def _softmax_update(acc, m_i, l_i, s, v, s_v, V_ROW_SCALED: tl.constexpr, CD: tl.constexpr,
+def _softmax_update(acc, m_i, l_i, s, v, s_v, opaque, V_ROW_SCALED: tl.constexpr, CD: tl.constexpr,
                     INTERPRET: tl.constexpr, IEEE: tl.constexpr):
     """One online-softmax step of the decode kernels: logits `s` (base 2, masked keys at -inf) against the
     running (acc, m_i, l_i), then `acc += P @ v` with P in the compute dtype CD. V_ROW_SCALED: `v` holds raw
-    values whose per-row scale `s_v` moves onto P's columns (the scale mode 1 of `_dequant`)."""
+    values whose per-row scale `s_v` moves onto P's columns (the scale mode 1 of `_dequant`). 64-row tiles
+    pass P and the rescale through `hide_from_dot_chain` (`opaque`: any runtime float)."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     # rows that have seen no key yet keep m = -inf; shift them by 0 so exp2 gives 0, not NaN
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -105,5 +106,7 @@ def _softmax_update(acc, m_i, l_i, s, v, s_v, V_ROW_SCALED: tl.constexpr, CD: tl
     l_i = l_i * alpha + tl.sum(p, 1)
     if V_ROW_SCALED:
         p = p * s_v[None, :]
+    if s.shape[0] >= 64:
+        p, alpha = hide_from_dot_chain(p, alpha, opaque)
     acc = dot(_cast(p, CD, INTERPRET), v, acc * alpha[:, None], INTERPRET, IEEE)
     return acc, m_new, l_i

@@ -205,6 +205,9 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
         k_nope = _dequant(k_nope, s_lat, KV_LORA_RANK, LAT_MODE, LAT_NG, LAT_GS, BLOCK_N, CD, INTERPRET)
         k_rope = _dequant(k_rope, s_rope, ROPE_DIM, ROPE_MODE, ROPE_NG, ROPE_GS, BLOCK_N, CD, INTERPRET)
         zero = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        if BLOCK_M >= 64:
+            # no logits dot accumulates onto another (`split_logits`)
+            zero = zero * qk_scale
         if LAT_MODE == 1 or ROPE_MODE == 1:
             # a tile with one scale per key row: raw values into the MMA, the scale onto the logits' columns
             s_l = dot(q_nope, tl.trans(k_nope), zero, INTERPRET, IEEE)
@@ -217,13 +220,17 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
                 s = s_l * qs[:, None] + s_r * qs_rope[:, None]
             else:
                 s = (s_l + s_r) * qs[:, None]
+        elif BLOCK_M >= 64:
+            s = split_logits(q_nope, k_nope, q_rope, k_rope, qk_scale, BLOCK_M, BLOCK_N, INTERPRET, IEEE)
+            s = s * qs[:, None]
         else:
             s = dot(q_rope, tl.trans(k_rope), dot(q_nope, tl.trans(k_nope), zero, INTERPRET, IEEE), INTERPRET, IEEE)
             s = s * qs[:, None]
         if MASKED:
             vis = (offs_n[None, :] >= vis_lo[:, None]) & (offs_n[None, :] < vis_hi[:, None])
             s = tl.where(vis, s, float("-inf"))
-        acc, m_new, l_i = _softmax_update(acc, m_i, l_i, s, k_nope, s_lat, LAT_MODE == 1, CD, INTERPRET, IEEE)
+        acc, m_new, l_i = _softmax_update(acc, m_i, l_i, s, k_nope, s_lat, qk_scale, LAT_MODE == 1, CD, INTERPRET,
+                                          IEEE)
     else:
         k_rope = load_or_zero(blocks_ptr + row[:, None] + KV_LORA_RANK + tl.arange(0, ROPE_DIM)[None, :], row_mask)
         k_nope = k_nope.to(q_nope.dtype)

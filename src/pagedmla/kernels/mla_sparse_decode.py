@@ -33,7 +33,7 @@ Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave
 import triton
 import triton.language as tl
 
-from .common import dot, ragged_search
+from .common import dot, ragged_search, split_logits
 from .fp8 import _cast, _dequant, _load_scales, _softmax_update
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -86,16 +86,19 @@ def _gather(ids, blocks_ptr, rope_ptr, scales_ptr, layer_idx, page_size, pool_ro
 
 @triton.jit
 def _attend_block(
-    acc, m_i, l_i, q_lat, q_rope, qs_lat, qs_rope, ok, k_lat, k_rope, s_lat, s_rope,
+    acc, m_i, l_i, q_lat, q_rope, qs_lat, qs_rope, ok, k_lat, k_rope, s_lat, s_rope, opaque,
     KV_LORA_RANK: tl.constexpr, ROPE_DIM: tl.constexpr, LAT_MODE: tl.constexpr, LAT_NG: tl.constexpr,
     LAT_GS: tl.constexpr, ROPE_MODE: tl.constexpr, ROPE_NG: tl.constexpr, ROPE_GS: tl.constexpr,
     SPLIT_QS: tl.constexpr, CD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     INTERPRET: tl.constexpr, IEEE: tl.constexpr,
 ):
-    """One gathered block: QK^T, online softmax update of (acc, m_i, l_i), P @ V."""
+    """One gathered block: QK^T, online softmax update of (acc, m_i, l_i), P @ V. 64-row tiles keep the logits'
+    MMAs out of a dot chain (`split_logits`; `opaque`: any runtime float)."""
     k_lat = _dequant(k_lat, s_lat, KV_LORA_RANK, LAT_MODE, LAT_NG, LAT_GS, BLOCK_N, CD, INTERPRET)
     k_rope = _dequant(k_rope, s_rope, ROPE_DIM, ROPE_MODE, ROPE_NG, ROPE_GS, BLOCK_N, CD, INTERPRET)
     zero = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if BLOCK_M >= 64:
+        zero = zero * opaque
     if LAT_MODE == 1 or ROPE_MODE == 1 or SPLIT_QS:
         s_l = dot(q_lat, tl.trans(k_lat), zero, INTERPRET, IEEE)
         if LAT_MODE == 1:
@@ -104,11 +107,14 @@ def _attend_block(
         if ROPE_MODE == 1:
             s_r = s_r * s_rope[None, :]
         s = s_l * qs_lat[:, None] + s_r * qs_rope[:, None]
+    elif BLOCK_M >= 64:
+        s = split_logits(q_lat, k_lat, q_rope, k_rope, opaque, BLOCK_M, BLOCK_N, INTERPRET, IEEE)
+        s = s * qs_lat[:, None]
     else:
         s = dot(q_rope, tl.trans(k_rope), dot(q_lat, tl.trans(k_lat), zero, INTERPRET, IEEE), INTERPRET, IEEE)
         s = s * qs_lat[:, None]
     s = tl.where(ok[None, :], s, float("-inf"))
-    return _softmax_update(acc, m_i, l_i, s, k_lat, s_lat, LAT_MODE == 1, CD, INTERPRET, IEEE)
+    return _softmax_update(acc, m_i, l_i, s, k_lat, s_lat, opaque, LAT_MODE == 1, CD, INTERPRET, IEEE)
 
 
 @triton.jit
@@ -128,7 +134,9 @@ def _gather_attend(
         layer_idx, page_size, pool_rows, stride_b_b, stride_b_l, stride_b_s, stride_r_b, stride_r_l, stride_r_s,
         stride_s_b, stride_s_l, stride_s_s, KV_LORA_RANK, ROPE_DIM, ROPE_OFF, G, LAT_MODE, LAT_NG, ROPE_MODE,
         ROPE_NG, BLOCK_N)
-    return _attend_block(acc, m_i, l_i, q_lat, q_rope, qs_lat, qs_rope, ok, kl, kr, sl, sr, KV_LORA_RANK, ROPE_DIM,
+    # pool_rows as a float: a runtime value the compiler cannot fold (`hide_from_dot_chain`)
+    return _attend_block(acc, m_i, l_i, q_lat, q_rope, qs_lat, qs_rope, ok, kl, kr, sl, sr,
+                         pool_rows.to(tl.float32), KV_LORA_RANK, ROPE_DIM,
                          LAT_MODE, LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, SPLIT_QS, CD, BLOCK_M, BLOCK_N,
                          INTERPRET, IEEE)
 
