@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: with the logits' MMA split across warpgroups, do the 64-row
-# tiles still want the same key blocks and stages? decode_probe at 128 heads (bf16; B64/B128 N4096, B1 N16384,
-# MTP q2) and sparse_probe's 128-head rope-aware FP8 case, each over its config list.
+# One device call (edit per session). This one: 64-row bf16 tiles keep per-key partial softmax sums (one
+# cross-warpgroup reduction less per key block): the decode gpu tests of 64-row tiles, then the harness at 128
+# heads (decode, MTP) to compare with 173cf50.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-C="--config 64,64,8,2,interior --config 64,32,8,5,interior --config 64,32,8,4,interior --config 64,32,8,3,interior"
-timeout 200 python3 benchmarks/decode_probe.py --sweep --case 64,4096,128,1 --case 128,4096,128,1 --case 1,16384,128,1 \
-  --case 64,4096,128,2 $C --workers 66 > "$OUT/h128-configs.txt" 2>&1
-timeout 150 python3 benchmarks/sparse_probe.py --out "$OUT" --sweep --cases H128-rope-fp8kv-bf16q --batch 64 \
-  --tokens 8192 > "$OUT/sparse-configs.txt" 2>&1
-grep -E "^#|TB/s|failed|Error" "$OUT/h128-configs.txt" | grep -v "^# _mla" | sed 's/ TB\/s.*TFLOP\/s/ TB\/s/' | cut -c1-110
-grep -E "H128|case" "$OUT/sparse-configs.txt" | cut -c1-130 | head -12
+timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py \
+  -k "H128 or 128 or cuda_graph or partitions or deepseek_shapes" > "$OUT/gpu-tests.txt" 2>&1
+tail -2 "$OUT/gpu-tests.txt"; grep -E "^FAILED" "$OUT/gpu-tests.txt" | head -10
+timeout 150 python3 -m pagedmla.cli bench decode --heads 128 --no-reference --json "$OUT/bench-decode.json" \
+  > "$OUT/bench-decode.txt" 2>&1
+timeout 100 python3 -m pagedmla.cli bench mtp --heads 128 --batch 64 --no-reference --json "$OUT/bench-mtp.json" \
+  > "$OUT/bench-mtp.txt" 2>&1
+grep -E "^ceilings|^decode|^mtp" "$OUT/bench-decode.txt" "$OUT/bench-mtp.txt" | sed 's/^.*txt://' | cut -c1-120
