@@ -255,12 +255,9 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
             m_safe = m_new
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
         if BLOCK_M >= 64:
-            # per-key partial sums, added up after the key loops: no reduction across the warpgroups here
-            l_i = l_i * alpha[:, None] + p
             p, alpha = hide_from_dot_chain(p, alpha, qk_scale)
-        else:
-            l_i = l_i * alpha + tl.sum(p, 1)
         acc = dot(p.to(k_nope.dtype), k_nope, acc * alpha[:, None], INTERPRET, IEEE)
     return acc, m_new, l_i
 
@@ -431,10 +428,7 @@ def _mla_decode_kernel(
             lookup_row = lookup_ptr + b.to(tl.int64) * stride_lt_b
             acc = tl.zeros([BLOCK_M, KV_LORA_RANK], dtype=tl.float32)
             m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-            if BLOCK_M >= 64 and not QUANT:
-                l_i = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            else:
-                l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+            l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
             # masked blocks [key_lo, a), blocks every row sees in full [a, z), masked blocks [z, key_hi): no
             # bounds or interval compares in the middle range (a and z sit on block edges counted from key_lo)
             if UNMASKED_INTERIOR:
@@ -459,8 +453,6 @@ def _mla_decode_kernel(
                     BLOCK_IN_PAGE, INTERPRET, IEEE, QUANT, G, LAT_MODE, LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, CD,
                     ROPE_AWARE, ROPE_OFF, SPLIT_QS, PREFETCH_TABLE, part != 1)
 
-            if BLOCK_M >= 64 and not QUANT:
-                l_i = tl.sum(l_i, 1)
             has = l_i > 0
             lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * LN2, float("-inf"))
             # the rows' indices recomputed after the key loops; the opaque zero keeps the compiler from merging
