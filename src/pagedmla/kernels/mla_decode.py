@@ -28,6 +28,11 @@ Pipelining (`PREFETCH_TABLE`, the FP8 configs): the main loop loads each block's
 ahead (`_page_block`), so the key rows' addresses never wait on a load of the same iteration and
 `num_stages - 1` blocks are in flight.
 
+64-row tiles (8 warps, two warpgroups) compute the logits as MMAs that feed no other dot
+(`pagedmla.kernels.common.split_logits`, `hide_from_dot_chain`): each warpgroup takes half of the block's keys.
+Laid out as the head of a dot chain, both warpgroups computed all of them (H200, 128 heads, B64 N4096: 293 ->
+254 us). 16- and 32-row tiles (`mma.sync`) keep the chained form, whose layout is already split by keys.
+
 Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave the kernels in natural log.
 """
 
