@@ -12,6 +12,7 @@ place for the next step (what a graph replay needs). Inputs were validated by th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import torch
@@ -42,7 +43,9 @@ _PLAN_BLOCK_B = 64
 _PLAN_BLOCK_W = 64
 
 
+@functools.lru_cache(maxsize=64)
 def _num_sms(device: torch.device) -> int:
+    """SMs of `device` (4 off CUDA, for the interpreter); cached: the launcher asks on every decode call."""
     if device.type != "cuda":
         return 4
     return torch.cuda.get_device_properties(device).multi_processor_count
