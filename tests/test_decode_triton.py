@@ -702,9 +702,17 @@ def test_two_programs_per_sm_heuristics():
     two = heuristic(programs_per_sm=2, **fp8)
     assert (two.block_n, two.num_warps, two.num_stages, two.prefetch_table) == (32, 4, 4, True)
     assert heuristic(**fp8).num_warps == 8
-    assert heuristic(programs_per_sm=2, **dict(fp8, q_dtype=torch.float8_e4m3fn)).num_warps == 8
+    fp8_q = heuristic(programs_per_sm=2, **dict(fp8, q_dtype=torch.float8_e4m3fn))
+    assert (fp8_q.block_n, fp8_q.num_warps, fp8_q.num_stages) == (32, 4, 2)
     assert heuristic(programs_per_sm=2, tile_scales=True, **fp8).num_warps == 8
     assert heuristic(programs_per_sm=2, **dict(fp8, num_heads=128)).block_m == 64
+    # the launcher: more programs than SMs (4 off CUDA) and the rope-aware cache, on the GPU only
+    from pagedmla.ops._triton_decode import launch_programs_per_sm
+    cpu = torch.device("cpu")
+    assert launch_programs_per_sm(rope_aware=True, num_workers=5, tiles=1, device=cpu, interpret=False) == 2
+    assert launch_programs_per_sm(rope_aware=True, num_workers=2, tiles=2, device=cpu, interpret=False) == 1
+    assert launch_programs_per_sm(rope_aware=False, num_workers=5, tiles=1, device=cpu, interpret=False) == 1
+    assert launch_programs_per_sm(rope_aware=True, num_workers=5, tiles=1, device=cpu, interpret=True) == 1
 
 
 def test_combine_heuristic_tiles():
@@ -795,12 +803,16 @@ def test_gpu_launch_variants(cache_kind, heads, block_m, block_n, warps, stages,
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("q_kind", ["bf16", "fp8"])
-def test_gpu_fp8_two_programs_per_sm(q_kind):
+def test_gpu_fp8_two_programs_per_sm(q_kind, monkeypatch):
     """More workers than SMs (here asked for; the plan does it for big rope-aware FP8 batches) make the launcher
-    pick the two-per-SM tile (bf16 q) or keep the 8-warp one (FP8 q): both against the float32 reference, on a
-    batch with an empty sequence, a one-key sequence and multi-token rows; and a plan of such a batch has
-    twice the workers."""
-    pb, q = batch([3000, 0, 1, 4000, 129, 700], [1, 1, 1, 2, 1, 1], heads=16, head_size=576, page_size=64,
+    pick the two-per-SM tile (4 warps, 32 keys; 4 stages with a bf16 q, 2 with an FP8 q): against the float32
+    reference, on a batch with a sequence of one key, short and long ones (16-row tiles: one query token
+    each); and a plan of a big batch has more workers than SMs."""
+    from pagedmla.ops import _triton_decode
+    picked = []
+    pick = _triton_decode.heuristic
+    monkeypatch.setattr(_triton_decode, "heuristic", lambda **kw: picked.append(pick(**kw)) or picked[-1])
+    pb, q = batch([3000, 1, 0, 4000, 129, 700], [1, 1, 1, 1, 1, 1], heads=16, head_size=576, page_size=64,
                   dtype=torch.bfloat16, seed=107, device="cuda")
     kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -809,6 +821,8 @@ def test_gpu_fp8_two_programs_per_sm(q_kind):
     else:
         q_in, q_scale, q32 = q, None, q.float()
     got, lse = run_fp8(pb, kv, q_in, q_scale=q_scale, parts=2 * sms + 5, rope=64)
+    tile = picked[-1]
+    assert (tile.block_m, tile.block_n, tile.num_warps, tile.num_stages) == (16, 32, 4, 4 if q_kind == "bf16" else 2)
     want, want_lse = fp8_reference(pb, kv, q32, rope=64)
     low, low_lse = fp8_lowprec(pb, kv, q32, torch.bfloat16, rope=64)
     check_fp8_lowprec(got, lse, want, want_lse, low, low_lse)

@@ -40,9 +40,9 @@ def split_logits(q_a, k_a, q_b, k_b, opaque, BLOCK_M: tl.constexpr, BLOCK_N: tl.
 
     With warpgroup MMAs, Triton gives a dot whose result flows into another dot all its warps along M (the
     flash-attention layout); at 64 rows and 8 warps both warpgroups then compute the same logits. Here the
-    second product is not accumulated onto the first, and their accumulators start at `0 * opaque` (a runtime
-    float the compiler cannot prove finite), which keeps the compiler from fusing `x + dot(a, b, 0)` back into
-    one chained dot. With `hide_from_dot_chain` on what reaches the next dot, the logits' MMA splits its N
+    second product is not accumulated onto the first, and their accumulators start at `0 * opaque` (`opaque`:
+    a finite runtime float, e.g. an int argument converted; the compiler cannot prove it finite, so it cannot
+    fold the product to 0), which keeps the compiler from fusing `x + dot(a, b, 0)` back into one chained dot. With `hide_from_dot_chain` on what reaches the next dot, the logits' MMA splits its N
     across the warpgroups instead."""
     zero = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32) * opaque
     return dot(q_a, tl.trans(k_a), zero, INTERPRET, IEEE) + dot(q_b, tl.trans(k_b), zero, INTERPRET, IEEE)

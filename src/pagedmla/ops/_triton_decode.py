@@ -63,6 +63,16 @@ def plan_config(*, batch: int, num_heads: int, max_q: int, max_keys: int, device
     return cfg
 
 
+def launch_programs_per_sm(*, rope_aware: bool, num_workers: int, tiles: int, device: torch.device,
+                           interpret: bool) -> int:
+    """Programs per SM the decode tiles are picked for: 2 when a rope-aware FP8 decode has more programs than
+    SMs (a plan of `programs_per_sm` 2, or many partitions asked for), else 1 (the only layout timed with
+    two per SM is the rope-aware one; the interpreter has no SMs)."""
+    if interpret or not rope_aware:
+        return 1
+    return 2 if num_workers * tiles > _num_sms(device) else 1
+
+
 def fill_schedule(schedule: torch.Tensor, input_row_offsets: torch.Tensor, cache_lengths: torch.Tensor,
                   cfg: DecodePlanConfig) -> None:
     """Write the schedule of `cfg.num_workers` workers for this step into `schedule` (int32 `[1 + W + B, 4]`)."""
@@ -175,9 +185,9 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
         cd = q.dtype
         ieee = torch.float32 in (q.dtype, blocks.dtype) or q.dtype != blocks.dtype
     if config is None:
-        # more programs than SMs (a plan of `programs_per_sm` 2, or many partitions asked for) share the SMs
-        tiles = triton.cdiv(max_q * num_heads, block_m_for(num_heads, max_q))
-        per_sm = 2 if not interpret and num_workers * tiles > _num_sms(q.device) else 1
+        per_sm = launch_programs_per_sm(rope_aware=rope_aware, num_workers=num_workers,
+                                        tiles=triton.cdiv(max_q * num_heads, block_m_for(num_heads, max_q)),
+                                        device=q.device, interpret=interpret)
         config = heuristic(num_heads=num_heads, max_q=max_q, kv_lora_rank=kv_lora_rank, rope_dim=rope,
                            q_dtype=q.dtype, cache_dtype=blocks.dtype, batch=batch, interpret=interpret,
                            compute_dtype=cd if quant else None, tile_scales=modes[0] in (2, 3),
