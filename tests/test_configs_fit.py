@@ -38,9 +38,9 @@ def test_two_programs_per_sm_tiles_fit_half_an_sm():
     takes 1 KiB reserved by the driver; 4 warps at 255 registers fit twice in the register file)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
-    cases = "heuristic-fp8-h16-q1-g0-bf16q-2sm,heuristic-fp8-h16-q1-g0-fp8q-2sm,heuristic-fp8-h16-q1-g576-bf16q-2sm"
+    cases = "heuristic-fp8-h16-q1-g0-bf16q-2sm,heuristic-fp8-h16-q1-g576-bf16q-2sm"
     res = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "compile_sm90.py"), cases,
                           "--max-shared", str(H200_SM_SHARED_BYTES // 2 - 1024)], capture_output=True, text=True,
                          env=env, timeout=600, check=False)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert res.stdout.count("shared bytes:") == 3, res.stdout[-2000:]
+    assert res.stdout.count("shared bytes:") == 2, res.stdout[-2000:]

@@ -140,8 +140,8 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     the schedule has more workers than SMs), 16-row tiles with one scale per row take 4 warps, 32-key blocks
     and 4 stages (114 KB of shared memory and 255 registers each, so two fit an SM): with a bf16 q at 256-258
     workers they beat the 8-warp tile at every measured shape (B1 N16384 25.2 -> 21.5 us, B16 N4096 58.0 ->
-    52.8, B64 N4096 149.3 -> 135.6, B128 N4096 264.2 -> 238.9). An FP8 q takes 2 stages there (3 do not fit
-    twice; not timed on the GPU).
+    52.8, B64 N4096 149.3 -> 135.6, B128 N4096 264.2 -> 238.9). An FP8 q keeps its 8-warp tile (a 4-warp one
+    fits twice only at 2 stages; neither was timed with twice the workers).
 
     Every config here fits the H200's 227 KiB of shared memory per block for DeepSeek's 576/512 dims, with
     bf16 or FP8 q and every scale mode (checked with `scripts/compile_sm90.py`, which reports a kernel's shared
@@ -157,10 +157,8 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
         if block_m >= 64:
             return DecodeConfig(block_m=block_m, block_n=32 if tile_scales else 64, num_warps=8, num_stages=2,
                                 prefetch_table=True)
-        if programs_per_sm >= 2 and block_m <= 16 and not tile_scales:
-            # an FP8 q's tiles take shared memory too: 2 stages fit twice on an SM (105 KB), 3 do not
-            stages = 2 if q_dtype == torch.float8_e4m3fn else 4
-            return DecodeConfig(block_m=block_m, block_n=32, num_warps=4, num_stages=stages, prefetch_table=True)
+        if programs_per_sm >= 2 and block_m <= 16 and not tile_scales and q_dtype != torch.float8_e4m3fn:
+            return DecodeConfig(block_m=block_m, block_n=32, num_warps=4, num_stages=4, prefetch_table=True)
         # an FP8 q's tiles take shared memory too: 3 stages would leave 512 bytes of the 227 KiB
         stages = 3 if block_m <= 16 and not tile_scales and q_dtype != torch.float8_e4m3fn else 2
         return DecodeConfig(block_m=block_m, block_n=64, num_warps=8, num_stages=stages, prefetch_table=True)
