@@ -44,3 +44,26 @@ def test_two_programs_per_sm_tiles_fit_half_an_sm():
                          env=env, timeout=600, check=False)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert res.stdout.count("shared bytes:") == 2, res.stdout[-2000:]
+
+
+@pytest.mark.skipif(not os.path.exists(PTXAS), reason="the triton wheel has no bundled ptxas")
+@pytest.mark.parametrize("case", ["heuristic-bf16-h128-q1-b64", "heuristic-fp8-h128-q1-g0-bf16q", "sparse-fp8-h128"])
+def test_64_row_logits_split_across_warpgroups(case, tmp_path):
+    """The logits' warpgroup MMAs of 64-row tiles (8 warps) are laid out as warps [4, 2]: each warpgroup takes half
+    of the keys. As the head of a dot chain they get [8, 1], and both warpgroups compute all of them (on the H200
+    that cost 128-head decode 293 -> 254 us at B64 N4096): a layout regression the CPU tier cannot time."""
+    import re
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
+    prefix = str(tmp_path / "k")
+    res = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "compile_sm90.py"), case, "--dump", prefix],
+                         capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    ttgir = open(prefix + ".ttgir").read()
+    layouts = dict(re.findall(r"^(#mma\d*) = #ttg.nvidia_mma<\{[^}]*warpsPerCTA = \[(\d+, \d+)\]", ttgir, re.M))
+    logits = re.findall(r"ttng.warp_group_dot .*-> tensor<64x\d+xf32, (#mma\d*)>", ttgir)
+    logits = [m for m in logits if m]
+    assert logits, "no 64-row logits MMA found"
+    # every 64 x BLOCK_N result (the logits; the P @ V result is 64 x 512) has warps split over M and N
+    assert all(layouts[m] == "4, 2" for m in logits), (logits, layouts)
