@@ -14,7 +14,7 @@ import sys
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/benchmarks")
-from decode_probe import Case, parse_config  # noqa: E402
+from decode_probe import Case, parse_config
 
 
 def main() -> None:

@@ -60,8 +60,10 @@ def test_64_row_logits_split_across_warpgroups(case, tmp_path):
     res = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "compile_sm90.py"), case, "--dump", prefix],
                          capture_output=True, text=True, env=env, timeout=600, check=False)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    ttgir = open(prefix + ".ttgir").read()
-    layouts = dict(re.findall(r"^(#mma\d*) = #ttg.nvidia_mma<\{[^}]*warpsPerCTA = \[(\d+, \d+)\]", ttgir, re.M))
+    with open(prefix + ".ttgir") as f:
+        ttgir = f.read()
+    layouts = dict(re.findall(r"^(#mma\d*) = #ttg.nvidia_mma<\{[^}]*warpsPerCTA = \[(\d+, \d+)\]", ttgir,
+                              re.MULTILINE))
     logits = re.findall(r"ttng.warp_group_dot .*-> tensor<64x\d+xf32, (#mma\d*)>", ttgir)
     logits = [m for m in logits if m]
     assert logits, "no 64-row logits MMA found"

@@ -42,8 +42,9 @@ def split_logits(q_a, k_a, q_b, k_b, opaque, BLOCK_M: tl.constexpr, BLOCK_N: tl.
     flash-attention layout); at 64 rows and 8 warps both warpgroups then compute the same logits. Here the
     second product is not accumulated onto the first, and their accumulators start at `0 * opaque` (`opaque`:
     a finite runtime float, e.g. an int argument converted; the compiler cannot prove it finite, so it cannot
-    fold the product to 0), which keeps the compiler from fusing `x + dot(a, b, 0)` back into one chained dot. With `hide_from_dot_chain` on what reaches the next dot, the logits' MMA splits its N
-    across the warpgroups instead."""
+    fold the product to 0), which keeps the compiler from fusing `x + dot(a, b, 0)` back into one chained dot.
+    With `hide_from_dot_chain` on what reaches the next dot, the logits' MMA splits its N across the
+    warpgroups instead."""
     zero = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32) * opaque
     return dot(q_a, tl.trans(k_a), zero, INTERPRET, IEEE) + dot(q_b, tl.trans(k_b), zero, INTERPRET, IEEE)
 
@@ -54,7 +55,7 @@ def hide_from_dot_chain(p, alpha, opaque):
     NaN; both branches give the same values: `x + 0.0` only turns -0 into +0). Triton's layout choice looks
     for a dot in the uses of a dot's result, and does not follow values out of a branch, so the logits'
     MMA is not laid out as the start of a chain (see `split_logits`)."""
-    if opaque == opaque:
+    if opaque == opaque:  # noqa: PLR0124 (false only for NaN, which the compiler cannot rule out)
         p_out = p
         alpha_out = alpha
     else:

@@ -97,7 +97,7 @@ def _softmax_update(acc, m_i, l_i, s, v, s_v, opaque, V_ROW_SCALED: tl.constexpr
     """One online-softmax step of the decode kernels: logits `s` (base 2, masked keys at -inf) against the
     running (acc, m_i, l_i), then `acc += P @ v` with P in the compute dtype CD. V_ROW_SCALED: `v` holds raw
     values whose per-row scale `s_v` moves onto P's columns (the scale mode 1 of `_dequant`). 64-row tiles
-    pass P and the rescale through `hide_from_dot_chain` (`opaque`: any runtime float)."""
+    pass P and the rescale through `hide_from_dot_chain` (`opaque`: a finite runtime float)."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     # rows that have seen no key yet keep m = -inf; shift them by 0 so exp2 gives 0, not NaN
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)

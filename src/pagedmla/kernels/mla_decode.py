@@ -175,6 +175,8 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
     at `ROPE_OFF` of the rows of `rope_ptr` (the cache viewed as bf16); SPLIT_QS: the rope logits take
     `qs_rope` (an FP8 q's scale covers its latent part only)."""
     offs_n = k0 + tl.arange(0, BLOCK_N)
+    # 64-row tiles: a finite runtime float for `split_logits` and `hide_from_dot_chain`
+    opaque = page_size.to(tl.float32)
     # keys past the tile's interval are never loaded: the lookup table past a sequence's pages and the cache
     # slots past N_b hold garbage, and zeroed V lanes keep NaN out of the products
     k_ok = offs_n < key_hi
@@ -212,7 +214,7 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
         zero = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         if BLOCK_M >= 64:
             # no logits dot accumulates onto another (`split_logits`)
-            zero = zero * page_size.to(tl.float32)
+            zero = zero * opaque
         if LAT_MODE == 1 or ROPE_MODE == 1:
             # a tile with one scale per key row: raw values into the MMA, the scale onto the logits' columns
             s_l = dot(q_nope, tl.trans(k_nope), zero, INTERPRET, IEEE)
@@ -226,8 +228,7 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
             else:
                 s = (s_l + s_r) * qs[:, None]
         elif BLOCK_M >= 64:
-            s = split_logits(q_nope, k_nope, q_rope, k_rope, page_size.to(tl.float32), BLOCK_M, BLOCK_N, INTERPRET,
-                             IEEE)
+            s = split_logits(q_nope, k_nope, q_rope, k_rope, opaque, BLOCK_M, BLOCK_N, INTERPRET, IEEE)
             s = s * qs[:, None]
         else:
             s = dot(q_rope, tl.trans(k_rope), dot(q_nope, tl.trans(k_nope), zero, INTERPRET, IEEE), INTERPRET, IEEE)
@@ -235,16 +236,15 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
         if MASKED:
             vis = (offs_n[None, :] >= vis_lo[:, None]) & (offs_n[None, :] < vis_hi[:, None])
             s = tl.where(vis, s, float("-inf"))
-        acc, m_new, l_i = _softmax_update(acc, m_i, l_i, s, k_nope, s_lat, page_size.to(tl.float32), LAT_MODE == 1,
-                                          CD, INTERPRET, IEEE)
+        acc, m_new, l_i = _softmax_update(acc, m_i, l_i, s, k_nope, s_lat, opaque, LAT_MODE == 1, CD, INTERPRET,
+                                          IEEE)
     else:
         k_rope = load_or_zero(blocks_ptr + row[:, None] + KV_LORA_RANK + tl.arange(0, ROPE_DIM)[None, :], row_mask)
         k_nope = k_nope.to(q_nope.dtype)
         k_rope = k_rope.to(q_nope.dtype)
         if BLOCK_M >= 64:
             # one warpgroup per half of the keys, not both on all of them (`split_logits`)
-            s = split_logits(q_nope, k_nope, q_rope, k_rope, page_size.to(tl.float32), BLOCK_M, BLOCK_N, INTERPRET,
-                             IEEE)
+            s = split_logits(q_nope, k_nope, q_rope, k_rope, opaque, BLOCK_M, BLOCK_N, INTERPRET, IEEE)
         else:
             s = dot(q_nope, tl.trans(k_nope), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), INTERPRET, IEEE)
             s = dot(q_rope, tl.trans(k_rope), s, INTERPRET, IEEE)
@@ -264,7 +264,7 @@ def _attend_block(acc, m_i, l_i, q_nope, q_rope, qs, qs_rope, k0, key_hi, page_b
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         if BLOCK_M >= 64:
-            p, alpha = hide_from_dot_chain(p, alpha, page_size.to(tl.float32))
+            p, alpha = hide_from_dot_chain(p, alpha, opaque)
         acc = dot(p.to(k_nope.dtype), k_nope, acc * alpha[:, None], INTERPRET, IEEE)
     return acc, m_new, l_i
 

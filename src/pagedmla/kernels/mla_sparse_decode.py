@@ -93,7 +93,7 @@ def _attend_block(
     INTERPRET: tl.constexpr, IEEE: tl.constexpr,
 ):
     """One gathered block: QK^T, online softmax update of (acc, m_i, l_i), P @ V. 64-row tiles keep the logits'
-    MMAs out of a dot chain (`split_logits`; `opaque`: any runtime float)."""
+    MMAs out of a dot chain (`split_logits`; `opaque`: a finite runtime float)."""
     k_lat = _dequant(k_lat, s_lat, KV_LORA_RANK, LAT_MODE, LAT_NG, LAT_GS, BLOCK_N, CD, INTERPRET)
     k_rope = _dequant(k_rope, s_rope, ROPE_DIM, ROPE_MODE, ROPE_NG, ROPE_GS, BLOCK_N, CD, INTERPRET)
     zero = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
