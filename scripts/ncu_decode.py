@@ -18,6 +18,8 @@ from decode_probe import Case, parse_config
 
 
 def main() -> None:
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
     spec = sys.argv[1].split(",")
     batch, keys, heads, q_len = (int(x) for x in spec[:4])
     case = Case(batch, keys, heads, q_len, fp8=spec[-1] == "fp8")
