@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: the final code (64-row tiles' opaque value is now the page size;
-# two-per-SM tiles for the rope-aware cache only, FP8 q at 2 stages): gpu tests of the two-per-SM tile, the
-# 64-row decode launch variants and DeepSeek shapes, the 128-head sparse cases; then the harness at 128 heads.
+# One device call (edit per session). This one: warp-specialized k_matmul main tiles (gpu tests of the cache
+# writes, the k_matmul WS sweep with adversarial-cache checks), and the random-gather read ceiling probe.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py tests/test_sparse_decode_triton.py \
-  -k "two_programs or (launch_variants and H128) or (deepseek_shapes and 128) or (v32 and H128)" > "$OUT/gpu-tests.txt" 2>&1
+timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_cache_write_triton.py > "$OUT/gpu-tests.txt" 2>&1
 tail -2 "$OUT/gpu-tests.txt"; grep -E "^FAILED" "$OUT/gpu-tests.txt" | head -10
-timeout 60 python3 -m pagedmla.cli bench decode --heads 128 --batch 64 128 --keys 4096 --no-reference \
-  --json "$OUT/bench-decode.json" > "$OUT/bench-decode.txt" 2>&1
-timeout 40 python3 -m pagedmla.cli bench sparse --heads 128 --batch 64 --no-reference --json "$OUT/bench-sparse.json" \
-  > "$OUT/bench-sparse.txt" 2>&1
-grep -E "^ceilings|^decode|^sparse" "$OUT/bench-decode.txt" "$OUT/bench-sparse.txt" | sed 's/^.*txt://' | cut -c1-120
+timeout 200 python3 benchmarks/prefill_probe.py --only k_matmul --ws --graph --stress --json "$OUT/k_matmul-ws.json" \
+  > "$OUT/k_matmul-ws-$COMMIT.txt" 2>&1
+grep -E "FAILED|stress.*ws=True" "$OUT/k_matmul-ws-$COMMIT.txt" | cut -c1-160 | head -12
+timeout 90 python3 benchmarks/gather_probe.py > "$OUT/gather-$COMMIT.txt" 2>&1
+tail -3 "$OUT/k_matmul-ws-$COMMIT.txt" >/dev/null
+grep -vE "^stress|^compiled" "$OUT/k_matmul-ws-$COMMIT.txt" | sed -E "s/MatmulToCacheConfig\(block_m=128, block_n=128, block_k=64, group_m=8, /cfg(/" | cut -c1-260 | tail -25
+cat "$OUT/gather-$COMMIT.txt" | cut -c1-150 | tail -22

@@ -78,6 +78,9 @@ _SPLIT_NO_TAIL = MatmulToCacheConfig(block_m=32, block_n=16, block_k=16, group_m
 _TMA = MatmulToCacheConfig(block_m=16, block_n=32, block_k=32, group_m=2, num_warps=1, num_stages=1, tma=True)
 _TMA_SPLIT = MatmulToCacheConfig(block_m=16, block_n=64, block_k=16, group_m=2, num_warps=1, num_stages=1, tma=True,
                                  split_k=2, tail_block_n=16, tail_split_k=2)
+# warp-specialized main tiles (on a GPU) in one launch, tail tiles in a second one (the interpreter runs both)
+_TMA_WS = MatmulToCacheConfig(block_m=16, block_n=32, block_k=16, group_m=2, num_warps=1, num_stages=1, tma=True,
+                              split_k=2, tail_block_n=16, tail_split_k=3, warp_specialize=True)
 
 
 @pytest.mark.parametrize("page_size,config", [pytest.param(1, None, id="ps1"), pytest.param(3, None, id="ps3"),
@@ -86,7 +89,8 @@ _TMA_SPLIT = MatmulToCacheConfig(block_m=16, block_n=64, block_k=16, group_m=2, 
                                               pytest.param(1, _SPLIT, id="ps1-split2-tail-split4"),
                                               pytest.param(16, _SPLIT_NO_TAIL, id="ps16-split3"),
                                               pytest.param(16, _TMA, id="ps16-tma"),
-                                              pytest.param(3, _TMA_SPLIT, id="ps3-tma-split2-tail")])
+                                              pytest.param(3, _TMA_SPLIT, id="ps3-tma-split2-tail"),
+                                              pytest.param(1, _TMA_WS, id="ps1-tma-ws-split2-tail")])
 def test_k_matmul(page_size, config):
     """Tail configs give columns [64, 80) their own 16-wide tiles in the same launch; split configs cut each
     tile's K range into pieces whose float32 partials the tile's last piece sums and stores; TMA configs read x
@@ -303,6 +307,14 @@ def _gpu_batch(page_size, dtype=torch.bfloat16, fill=False):
                             pytest.param(64, MatmulToCacheConfig(block_m=128, block_n=128, block_k=64, num_warps=8,
                                                                  num_stages=3, tma=True, tail_block_n=64,
                                                                  tail_split_k=4), id="ps64-tma-tail-split4"),
+                            pytest.param(64, MatmulToCacheConfig(block_m=128, block_n=128, block_k=64, num_warps=4,
+                                                                 num_stages=4, tma=True, tail_block_n=64,
+                                                                 tail_split_k=4, warp_specialize=True),
+                                         id="ps64-tma-ws-tail-split4"),
+                            pytest.param(1, MatmulToCacheConfig(block_m=128, block_n=128, block_k=64, num_warps=4,
+                                                                 num_stages=4, tma=True, split_k=3, tail_block_n=64,
+                                                                 tail_split_k=8, warp_specialize=True),
+                                         id="ps1-tma-ws-split3"),
                             pytest.param(1, MatmulToCacheConfig(block_m=64, block_n=64, block_k=128, group_m=1,
                                                                 split_k=8), id="ps1-split8"),
                             pytest.param(128, MatmulToCacheConfig(split_k=5, tail_block_n=32, tail_split_k=3),

@@ -22,6 +22,10 @@ class MatmulToCacheConfig:
     `block_n` 128) tiles of their own, this wide, in the same launch, split `tail_split_k` ways: the leftover
     columns then cost about one extra wave's `tail_block_n / block_n / tail_split_k`, instead of a whole
     second wave of `block_n` tiles.
+
+    `warp_specialize` (TMA-fed tiles only) runs the main tiles' K loop with a producer warpgroup that issues the
+    TMA copies and `num_warps`-warp consumer warpgroups that run the MMAs (Triton's Hopper warp specialization;
+    `num_warps` is then per partition). The tail tiles then go in a second launch, without it.
     """
 
     block_m: int = 128
@@ -34,6 +38,7 @@ class MatmulToCacheConfig:
     split_k: int = 1
     tail_block_n: int = 0
     tail_split_k: int = 1
+    warp_specialize: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "block_k"):

@@ -55,7 +55,7 @@ def _matmul_piece(
     stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h,
     K: tl.constexpr, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
     BLOCK_M: tl.constexpr, BN: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, USE_TMA: tl.constexpr,
-    IEEE: tl.constexpr, INTERPRET: tl.constexpr,
+    IEEE: tl.constexpr, INTERPRET: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
     """Piece `piece` of SPLIT of the `[BLOCK_M, BN]` tile at (pid_m * BLOCK_M, col0): its share of the K blocks.
     One piece stores straight into the cache; the pieces of a split tile store float32 partials at
@@ -77,7 +77,7 @@ def _matmul_piece(
             acc = _k_step(acc, x, w, row0, col0, k, x_rows, w_rows, K, BLOCK_K, USE_TMA, IEEE, INTERPRET)
             k += BLOCK_K
     else:
-        for k in range(k_lo, k_hi, BLOCK_K):
+        for k in tl.range(k_lo, k_hi, BLOCK_K, warp_specialize=WARP_SPECIALIZE):
             acc = _k_step(acc, x, w, row0, col0, k, x_rows, w_rows, K, BLOCK_K, USE_TMA, IEEE, INTERPRET)
     if SPLIT > 1:
         tile = tl.arange(0, BLOCK_M)[:, None] * BN + tl.arange(0, BN)[None, :]
@@ -109,7 +109,8 @@ def _matmul_to_cache_kernel(
     K: tl.constexpr, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, TAIL_N: tl.constexpr, TAIL_SPLIT_K: tl.constexpr,
-    USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
+    USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    PROGRAMS: tl.constexpr,
 ):
     """`C = x @ w.T` into the cache rows of its tokens; C is never stored anywhere else.
 
@@ -121,6 +122,10 @@ def _matmul_to_cache_kernel(
 
     x and w are pointers, or with USE_TMA tensor descriptors of blocks [BLOCK_M, BLOCK_K] and [BLOCK_N, BLOCK_K]
     (TMA loads; out-of-bounds rows and columns read as zero).
+
+    PROGRAMS 0 compiles both kinds of programs into one launch; 1 the main tiles only, 2 the tail tiles only
+    (program 0 is the first tail piece). WARP_SPECIALIZE gives the main tiles' K loop a producer warpgroup
+    (Triton's Hopper warp specialization, which takes one such loop per kernel: hence launches 1 and 2).
     """
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(num_rows, BLOCK_M)
@@ -136,7 +141,11 @@ def _matmul_to_cache_kernel(
     if SPLIT_K > 1:
         tail_counts += main_tiles
         tail_partials += main_tiles.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
-    if pid < main_tiles * SPLIT_K:
+    if PROGRAMS == 2:
+        tail_pid = pid
+    else:
+        tail_pid = pid - main_tiles * SPLIT_K
+    if (PROGRAMS != 2) and (tail_pid < 0):
         piece = pid // main_tiles
         tile = pid % main_tiles
         # grouped order: GROUP_M row tiles share each weight tile while it is in L2
@@ -149,19 +158,17 @@ def _matmul_to_cache_kernel(
                       pid_m, pid_n * BLOCK_N, piece, tile, num_rows, N, batch, layer_idx, page_size,
                       stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
                       stride_blk_h, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K,
-                      USE_TMA, IEEE, INTERPRET)
-    else:
-        if TAIL_N > 0:
-            tail_pid = pid - main_tiles * SPLIT_K
-            tail_n = tl.cdiv(N - main_cols, TAIL_N)
-            tail_tiles = num_pid_m * tail_n
-            piece = tail_pid // tail_tiles
-            tile = tail_pid % tail_tiles
-            _matmul_piece(x, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, tail_partials,
-                          tail_counts, tile // tail_n, main_cols + (tile % tail_n) * TAIL_N, piece, tile, num_rows, N,
-                          batch, layer_idx, page_size, stride_x_m, stride_w_n, stride_lt_b, stride_blk_b,
-                          stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h, K, NUM_HEADS, HEAD_SIZE,
-                          SEARCH_STEPS, BLOCK_M, TAIL_N, BLOCK_K, TAIL_SPLIT_K, USE_TMA, IEEE, INTERPRET)
+                      USE_TMA, IEEE, INTERPRET, WARP_SPECIALIZE)
+    elif (PROGRAMS != 1) and (TAIL_N > 0):
+        tail_n = tl.cdiv(N - main_cols, TAIL_N)
+        tail_tiles = num_pid_m * tail_n
+        piece = tail_pid // tail_tiles
+        tile = tail_pid % tail_tiles
+        _matmul_piece(x, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, tail_partials,
+                      tail_counts, tile // tail_n, main_cols + (tile % tail_n) * TAIL_N, piece, tile, num_rows, N,
+                      batch, layer_idx, page_size, stride_x_m, stride_w_n, stride_lt_b, stride_blk_b,
+                      stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h, K, NUM_HEADS, HEAD_SIZE,
+                      SEARCH_STEPS, BLOCK_M, TAIL_N, BLOCK_K, TAIL_SPLIT_K, USE_TMA, IEEE, INTERPRET, False)
 
 
 @triton.jit

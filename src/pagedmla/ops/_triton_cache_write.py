@@ -70,18 +70,23 @@ def _matmul_to_cache(hidden_state, input_row_offsets, weight, blocks, cache_leng
         x = TensorDescriptor.from_tensor(hidden_state, [cfg.block_m, cfg.block_k])
         w = TensorDescriptor.from_tensor(weight, [cfg.block_n, cfg.block_k])
         w_tail = TensorDescriptor.from_tensor(weight, [tail_n, cfg.block_k]) if tail_n else w
-    grid = (main_tiles * split + tail_tiles * tail_split,)
-    _matmul_to_cache_kernel[grid](
-        x, w, w_tail, blocks, input_row_offsets, cache_lengths, lookup_table, partials, counters,
-        num_rows, out_features, batch, layer_idx, blocks.shape[3],
-        hidden_state.stride(0), weight.stride(0), lookup_table.stride(0),
-        blocks.stride(0), blocks.stride(1), blocks.stride(2), blocks.stride(3), blocks.stride(4),
-        K=in_features, NUM_HEADS=blocks.shape[4], HEAD_SIZE=blocks.shape[5], SEARCH_STEPS=search_steps(batch),
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-        SPLIT_K=split, TAIL_N=tail_n, TAIL_SPLIT_K=tail_split,
-        USE_TMA=use_tma, IEEE=hidden_state.dtype == torch.float32, INTERPRET=interpret,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
+    args = (x, w, w_tail, blocks, input_row_offsets, cache_lengths, lookup_table, partials, counters,
+            num_rows, out_features, batch, layer_idx, blocks.shape[3],
+            hidden_state.stride(0), weight.stride(0), lookup_table.stride(0),
+            blocks.stride(0), blocks.stride(1), blocks.stride(2), blocks.stride(3), blocks.stride(4))
+    meta = dict(K=in_features, NUM_HEADS=blocks.shape[4], HEAD_SIZE=blocks.shape[5], SEARCH_STEPS=search_steps(batch),
+                BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+                SPLIT_K=split, TAIL_N=tail_n, TAIL_SPLIT_K=tail_split,
+                USE_TMA=use_tma, IEEE=hidden_state.dtype == torch.float32, INTERPRET=interpret,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if cfg.warp_specialize and use_tma:
+        # Triton specializes one K loop per kernel: the main tiles in one launch, the tail tiles in another
+        _matmul_to_cache_kernel[(main_tiles * split,)](*args, WARP_SPECIALIZE=not interpret, PROGRAMS=1, **meta)
+        if tail_tiles:
+            _matmul_to_cache_kernel[(tail_tiles * tail_split,)](*args, WARP_SPECIALIZE=False, PROGRAMS=2, **meta)
+    else:
+        _matmul_to_cache_kernel[(main_tiles * split + tail_tiles * tail_split,)](
+            *args, WARP_SPECIALIZE=False, PROGRAMS=0, **meta)
 
 
 def k_matmul_ragged_paged(hidden_state, input_row_offsets, weight, blocks, cache_lengths, lookup_table,
