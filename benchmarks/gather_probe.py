@@ -46,7 +46,7 @@ def main() -> None:
     pool64 = pool.view(-1, 64)
     for name, idx in (("random", idx_random), ("sorted per sequence", idx_sorted), ("in order", idx_seq)):
         idx9 = (idx.to(torch.int64)[:, None] * 9 + torch.arange(9, device="cuda")).to(torch.int32).reshape(-1)
-        for programs in (264, 528, 1056):
+        for programs in (256, 512, 1024):
             per = idx9.numel() // programs
             for block in (64, 128):
                 if per % block:

@@ -141,34 +141,74 @@ def _matmul_to_cache_kernel(
     if SPLIT_K > 1:
         tail_counts += main_tiles
         tail_partials += main_tiles.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
-    if PROGRAMS == 2:
-        tail_pid = pid
-    else:
-        tail_pid = pid - main_tiles * SPLIT_K
-    if (PROGRAMS != 2) and (tail_pid < 0):
-        piece = pid // main_tiles
-        tile = pid % main_tiles
-        # grouped order: GROUP_M row tiles share each weight tile while it is in L2
-        group = GROUP_M * num_pid_n
-        first_m = (tile // group) * GROUP_M
-        size_m = tl.minimum(num_pid_m - first_m, GROUP_M)
-        pid_m = first_m + (tile % group) % size_m
-        pid_n = (tile % group) // size_m
-        _matmul_piece(x, w, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
-                      pid_m, pid_n * BLOCK_N, piece, tile, num_rows, N, batch, layer_idx, page_size,
-                      stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
-                      stride_blk_h, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K,
-                      USE_TMA, IEEE, INTERPRET, WARP_SPECIALIZE)
-    elif (PROGRAMS != 1) and (TAIL_N > 0):
-        tail_n = tl.cdiv(N - main_cols, TAIL_N)
-        tail_tiles = num_pid_m * tail_n
-        piece = tail_pid // tail_tiles
-        tile = tail_pid % tail_tiles
-        _matmul_piece(x, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, tail_partials,
-                      tail_counts, tile // tail_n, main_cols + (tile % tail_n) * TAIL_N, piece, tile, num_rows, N,
-                      batch, layer_idx, page_size, stride_x_m, stride_w_n, stride_lt_b, stride_blk_b,
-                      stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h, K, NUM_HEADS, HEAD_SIZE,
-                      SEARCH_STEPS, BLOCK_M, TAIL_N, BLOCK_K, TAIL_SPLIT_K, USE_TMA, IEEE, INTERPRET, False)
+    main_args = (x, w, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr, pid,
+                 main_tiles, num_pid_m, num_pid_n, num_rows, N, batch, layer_idx, page_size, stride_x_m, stride_w_n,
+                 stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h)
+    tail_args = (x, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, tail_partials, tail_counts,
+                 pid - main_tiles * SPLIT_K if PROGRAMS == 0 else pid, num_pid_m, main_cols, num_rows, N, batch,
+                 layer_idx, page_size, stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv,
+                 stride_blk_l, stride_blk_s, stride_blk_h)
+    # the warp-specialized loop must not sit under a runtime branch: launch 1 has none
+    if PROGRAMS == 1:
+        _main_piece(*main_args, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K,
+                    USE_TMA, IEEE, INTERPRET, WARP_SPECIALIZE)
+    elif PROGRAMS == 2:
+        _tail_piece(*tail_args, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BLOCK_K, TAIL_N, TAIL_SPLIT_K,
+                    USE_TMA, IEEE, INTERPRET)
+    elif pid < main_tiles * SPLIT_K:
+        _main_piece(*main_args, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K,
+                    USE_TMA, IEEE, INTERPRET, False)
+    elif TAIL_N > 0:
+        _tail_piece(*tail_args, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BLOCK_K, TAIL_N, TAIL_SPLIT_K,
+                    USE_TMA, IEEE, INTERPRET)
+
+
+@triton.jit
+def _main_piece(
+    x, w, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr, pid, main_tiles,
+    num_pid_m, num_pid_n, num_rows, N, batch, layer_idx, page_size, stride_x_m, stride_w_n, stride_lt_b,
+    stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h,
+    K: tl.constexpr, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr, USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+):
+    """Main-tile program `pid`: piece `pid // main_tiles` of tile `pid % main_tiles`, tiles in grouped order
+    (GROUP_M row tiles share each weight tile while it is in L2)."""
+    piece = pid // main_tiles
+    tile = pid % main_tiles
+    group = GROUP_M * num_pid_n
+    first_m = (tile // group) * GROUP_M
+    size_m = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % group) % size_m
+    pid_n = (tile % group) // size_m
+    _matmul_piece(x, w, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
+                  pid_m, pid_n * BLOCK_N, piece, tile, num_rows, N, batch, layer_idx, page_size,
+                  stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
+                  stride_blk_h, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K,
+                  USE_TMA, IEEE, INTERPRET, WARP_SPECIALIZE)
+
+
+@triton.jit
+def _tail_piece(
+    x, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr, tail_pid,
+    num_pid_m, main_cols, num_rows, N, batch, layer_idx, page_size, stride_x_m, stride_w_n, stride_lt_b,
+    stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h,
+    K: tl.constexpr, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_N: tl.constexpr, TAIL_SPLIT_K: tl.constexpr,
+    USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """Tail-tile program `tail_pid`: piece `tail_pid // tail tiles` of a `[BLOCK_M, TAIL_N]` tile of the
+    columns past `main_cols`."""
+    tail_n = tl.cdiv(N - main_cols, TAIL_N)
+    tail_tiles = num_pid_m * tail_n
+    piece = tail_pid // tail_tiles
+    tile = tail_pid % tail_tiles
+    _matmul_piece(x, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
+                  tile // tail_n, main_cols + (tile % tail_n) * TAIL_N, piece, tile, num_rows, N, batch, layer_idx,
+                  page_size, stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l,
+                  stride_blk_s, stride_blk_h, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, TAIL_N, BLOCK_K,
+                  TAIL_SPLIT_K, USE_TMA, IEEE, INTERPRET, False)
 
 
 @triton.jit
