@@ -155,16 +155,16 @@ def graph_ms(fn) -> float:
     return perf.time_gpu(fn, use_cuda_graph=True).median_us * 1e-3
 
 
-def k_matmul_cases(sweep: bool, ws: bool = False):
+def k_matmul_cases(sweep: bool, stream: bool = False):
     big = MatmulToCacheConfig(128, 128, 64, 8, 8, 3, tma=True)  # the heuristic's tile from 1024 rows
     configs = {8192: [None], 4096: [None, big], 1024: [None, big], 256: [None, MatmulToCacheConfig()], 64: [None]}
-    if ws:  # warp-specialized main tiles (a producer warpgroup, 4-warp consumers), tail tiles in a second launch
-        spec = replace(big, num_warps=4, warp_specialize=True, tail_block_n=64)
+    if stream:  # stream-K: one program per SM, equal spans of K blocks
+        sk = replace(big, tail_block_n=64, stream_workers=132)
         configs = {
-            8192: [None] + [replace(spec, num_stages=st, tail_split_k=t) for st, t in ((3, 4), (4, 4), (4, 8))],
-            4096: [None] + [replace(spec, num_stages=st, tail_split_k=t)
-                            for st, t in ((3, 2), (3, 4), (3, 8), (4, 4), (5, 4), (4, 8))],
-            1024: [None] + [replace(spec, num_stages=4, split_k=s, tail_split_k=t) for s, t in ((1, 8), (2, 8), (4, 8))],
+            8192: [None, sk, replace(sk, num_stages=4)],
+            4096: [None, sk, replace(sk, num_stages=4), replace(sk, num_warps=4),
+                   replace(sk, block_n=64, tail_block_n=0, num_stages=4)],
+            1024: [None, sk],
         }
     if sweep:
         wide = MatmulToCacheConfig(128, 256, 64, 8, 8, 3, tma=True)
@@ -252,8 +252,7 @@ def stress_k_matmul() -> list[str]:
             w = (torch.randn(576, 7168, generator=gen) / math.sqrt(7168)).to(BF16).cuda()
             want = x.float() @ w.float().T
             for cfg in (MatmulToCacheConfig(), MatmulToCacheConfig(tma=True),
-                        MatmulToCacheConfig(128, 128, 64, 8, 4, 3, tma=True, warp_specialize=True, tail_block_n=64,
-                                            tail_split_k=2)):
+                        MatmulToCacheConfig(128, 128, 64, 8, 8, 3, tma=True, tail_block_n=64, stream_workers=132)):
                 kv = pb.kv.replace(blocks=pb.kv.blocks.clone())
                 tcw.k_matmul_ragged_paged(x, pb.input_row_offsets, w, kv.blocks, kv.cache_lengths, kv.lookup_table,
                                           1, cfg)
@@ -275,8 +274,8 @@ def stress_k_matmul() -> list[str]:
                 got_rows = after[blk, 0, 1, slot, 0]
                 row_err = (got_rows - want).abs().amax(1)
                 bad_rows = (row_err > 0.05).nonzero().view(-1).tolist()[:8]
-                lines.append(f"stress k_matmul ps{page_size} rows{pb.num_rows} tma={cfg.tma} ws={cfg.warp_specialize}: NaN-placement "
-                             f"mismatches {nan_mismatch}, elements beyond one bf16 step {over}, max err "
+                lines.append(f"stress k_matmul ps{page_size} rows{pb.num_rows} tma={cfg.tma} "
+                             f"stream={cfg.stream_workers}: NaN-placement mismatches {nan_mismatch}, elements beyond one bf16 step {over}, max err "
                              f"{float(err.max()):.3g}, bad rows {bad_rows}")
                 print(lines[-1], flush=True)
     return lines
@@ -300,7 +299,7 @@ def main() -> None:
                         help="time CUDA-graph replays (device time without the launch's host overhead) with the "
                              "harness's timer, instead of do_bench's flushed single calls")
     parser.add_argument("--only", default="", help="comma-separated subset: prefill,decompress,k_matmul,rows")
-    parser.add_argument("--ws", action="store_true", help="k_matmul: time warp-specialized configs")
+    parser.add_argument("--stream", action="store_true", help="k_matmul: time stream-K configs instead")
     parser.add_argument("--stress", action="store_true", help="also check k_matmul on adversarial caches")
     parser.add_argument("--config", action="append", default=[],
                         help="prefill configs to time instead (`default` = the heuristic's, or "
@@ -315,7 +314,7 @@ def main() -> None:
             print(f"FAILED stress: {exc!r}"[:400], flush=True)
             traceback.print_exc(limit=3)
     families = {"prefill": prefill_cases, "decompress": decompress_cases,
-                "k_matmul": lambda sweep: k_matmul_cases(sweep, args.ws),
+                "k_matmul": lambda sweep: k_matmul_cases(sweep, args.stream),
                 "rows": row_cases}
     chosen = [f for f in families if not args.only or f in args.only.split(",")]
     cases = []

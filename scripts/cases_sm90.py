@@ -203,24 +203,25 @@ CASES.update({f"split-dv-m{m}-n{n}-w{w}-s{s}-d{d}": partial(split_dv, m, n, w, s
                                     (128, 32, 8, 2, 2), (128, 16, 8, 2, 4), (128, 32, 8, 2, 4), (128, 16, 8, 4, 4))})
 
 
+
 def k_matmul(block_m: int, block_n: int, block_k: int, warps: int, stages: int, split: int, tail_n: int,
-             tail_split: int, ws: bool, programs: int = 0):
-    """The projection GEMM into the cache, TMA-fed (DeepSeek's 7168 -> 576 K row, bf16)."""
-    from pagedmla.kernels.cache_write import _matmul_to_cache_kernel
+             tail_split: int, stream: bool = False):
+    """The projection GEMM into the cache, TMA-fed (DeepSeek's 7168 -> 576 K row, bf16); `stream`: the stream-K
+    kernel (split and tail_split unused)."""
+    from pagedmla.kernels.cache_write import _matmul_to_cache_kernel, _matmul_to_cache_stream_kernel
     types = {"x": f"tensordesc<bf16[{block_m},{block_k}]>", "w": f"tensordesc<bf16[{block_n},{block_k}]>",
              "w_tail": f"tensordesc<bf16[{tail_n or block_n},{block_k}]>", "blocks_ptr": "*bf16",
              "offsets_ptr": "*i32", "cache_lengths_ptr": "*i32", "lookup_ptr": "*i32", "partial_ptr": "*fp32",
              "count_ptr": "*i32"}
     const = dict(K=7168, NUM_HEADS=1, HEAD_SIZE=576, SEARCH_STEPS=4, BLOCK_M=block_m, BLOCK_N=block_n,
-                 BLOCK_K=block_k, GROUP_M=8, SPLIT_K=split, TAIL_N=tail_n, TAIL_SPLIT_K=tail_split, USE_TMA=True,
-                 IEEE=False, INTERPRET=False, WARP_SPECIALIZE=ws,
-                 PROGRAMS=programs)
+                 BLOCK_K=block_k, TAIL_N=tail_n, USE_TMA=True, IEEE=False, INTERPRET=False)
+    if stream:
+        const["UNIT"] = block_n // tail_n if tail_n else 1
+        return _matmul_to_cache_stream_kernel, types, const, warps, stages
+    const.update(GROUP_M=8, SPLIT_K=split, TAIL_SPLIT_K=tail_split)
     return _matmul_to_cache_kernel, types, const, warps, stages
 
 
-CASES.update({f"k-matmul-m{m}-n{n}-k{k}-w{w}-s{s}-t{t}x{ts}{'-ws' if ws else ''}-p{p}":
-              partial(k_matmul, m, n, k, w, s, 1, t, ts, ws, p)
-              for m, n, k, w, s, t, ts, ws, p in (
-                  (128, 128, 64, 8, 3, 64, 2, False, 0), (128, 128, 64, 4, 3, 64, 2, True, 1),
-                  (128, 128, 64, 4, 4, 64, 2, True, 1), (128, 128, 64, 4, 5, 64, 2, True, 1),
-                  (128, 128, 64, 8, 3, 64, 4, False, 2), (128, 128, 64, 4, 3, 64, 2, False, 1))})
+CASES.update({"k-matmul-heuristic-4096": partial(k_matmul, 128, 128, 64, 8, 3, 1, 64, 2),
+              "k-matmul-stream-s3": partial(k_matmul, 128, 128, 64, 8, 3, 1, 64, 1, True),
+              "k-matmul-stream-s4": partial(k_matmul, 128, 128, 64, 8, 4, 1, 64, 1, True)})

@@ -78,9 +78,10 @@ _SPLIT_NO_TAIL = MatmulToCacheConfig(block_m=32, block_n=16, block_k=16, group_m
 _TMA = MatmulToCacheConfig(block_m=16, block_n=32, block_k=32, group_m=2, num_warps=1, num_stages=1, tma=True)
 _TMA_SPLIT = MatmulToCacheConfig(block_m=16, block_n=64, block_k=16, group_m=2, num_warps=1, num_stages=1, tma=True,
                                  split_k=2, tail_block_n=16, tail_split_k=2)
-# warp-specialized main tiles (on a GPU) in one launch, tail tiles in a second one (the interpreter runs both)
-_TMA_WS = MatmulToCacheConfig(block_m=16, block_n=32, block_k=16, group_m=2, num_warps=1, num_stages=1, tma=True,
-                              split_k=2, tail_block_n=16, tail_split_k=3, warp_specialize=True)
+
+# stream-K with one program: every tile whole, stored at once
+_STREAM_ONE = MatmulToCacheConfig(block_m=16, block_n=32, block_k=16, group_m=1, num_warps=1, num_stages=1,
+                                  tail_block_n=16, stream_workers=1)
 
 
 @pytest.mark.parametrize("page_size,config", [pytest.param(1, None, id="ps1"), pytest.param(3, None, id="ps3"),
@@ -90,7 +91,7 @@ _TMA_WS = MatmulToCacheConfig(block_m=16, block_n=32, block_k=16, group_m=2, num
                                               pytest.param(16, _SPLIT_NO_TAIL, id="ps16-split3"),
                                               pytest.param(16, _TMA, id="ps16-tma"),
                                               pytest.param(3, _TMA_SPLIT, id="ps3-tma-split2-tail"),
-                                              pytest.param(1, _TMA_WS, id="ps1-tma-ws-split2-tail")])
+                                              pytest.param(1, _STREAM_ONE, id="ps1-stream1")])
 def test_k_matmul(page_size, config):
     """Tail configs give columns [64, 80) their own 16-wide tiles in the same launch; split configs cut each
     tile's K range into pieces whose float32 partials the tile's last piece sums and stores; TMA configs read x
@@ -147,10 +148,20 @@ def _tile(block_n, block_k=16, **kwargs):
     # fewer columns than one tile: no tail tiles, the split tile masks its columns
     pytest.param(48, 48, _tile(64, split_k=3, tail_block_n=16, tail_split_k=2), id="48x48-narrow"),
     pytest.param(80, 48, dataclasses.replace(_TMA_SPLIT, split_k=3), id="80x48-tma-split3-tail"),
+    # stream-K: 2 main tiles and 1 tail tile per row tile (units 2 and 1), spans that cut tiles mid-K, a tile
+    # shared by up to 4 programs, programs with empty spans, TMA operands, K not a multiple of the K tile
+    pytest.param(80, 48, _tile(32, tail_block_n=16, stream_workers=7), id="80x48-stream7-tail16"),
+    pytest.param(80, 48, _tile(32, tail_block_n=16, stream_workers=40), id="80x48-stream40-tail16"),
+    pytest.param(112, 44, _tile(32, tail_block_n=16, stream_workers=5), id="112x44-stream5-tail16"),
+    pytest.param(144, 40, _tile(64, tail_block_n=32, stream_workers=6), id="144x40-stream6-tail32-masked"),
+    pytest.param(48, 48, _tile(64, stream_workers=3), id="48x48-stream3-narrow"),
+    pytest.param(80, 48, dataclasses.replace(_TMA, block_k=16, tail_block_n=16, stream_workers=9),
+                 id="80x48-tma-stream9-tail16"),
 ])
 def test_k_matmul_split_any_arrival_order(shuffled_grid, head_size, in_features, config):
-    """Split tiles give the reference's rows whichever piece finishes last (programs run in a shuffled order),
-    with tails of several widths, masked tail columns, partial and empty K pieces."""
+    """Split tiles (and stream-K's shared tiles) give the reference's rows whichever piece finishes last
+    (programs run in a shuffled order), with tails of several widths, masked tail columns, partial and empty K
+    pieces."""
     pb = _batch(3, head_size=head_size)
     ref = _twin(pb)
     x = _randn(pb.num_rows, in_features)
@@ -168,6 +179,7 @@ def test_k_matmul_split_any_arrival_order(shuffled_grid, head_size, in_features,
     (dict(split_k=0), "split_k: expected >= 1, got 0"),
     (dict(block_n=64, tail_block_n=64), r"tail_block_n: expected 0 or a power of two in \[16, block_n = 64\), got 64"),
     (dict(tail_block_n=8), "tail_block_n"),
+    (dict(stream_workers=-1), r"stream_workers: expected >= 0 \(0: off\), got -1"),
 ])
 def test_matmul_config_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -307,16 +319,12 @@ def _gpu_batch(page_size, dtype=torch.bfloat16, fill=False):
                             pytest.param(64, MatmulToCacheConfig(block_m=128, block_n=128, block_k=64, num_warps=8,
                                                                  num_stages=3, tma=True, tail_block_n=64,
                                                                  tail_split_k=4), id="ps64-tma-tail-split4"),
-                            pytest.param(64, MatmulToCacheConfig(block_m=128, block_n=128, block_k=64, num_warps=4,
-                                                                 num_stages=4, tma=True, tail_block_n=64,
-                                                                 tail_split_k=4, warp_specialize=True),
-                                         id="ps64-tma-ws-tail-split4"),
-                            pytest.param(1, MatmulToCacheConfig(block_m=128, block_n=128, block_k=64, num_warps=4,
-                                                                 num_stages=4, tma=True, split_k=3, tail_block_n=64,
-                                                                 tail_split_k=8, warp_specialize=True),
-                                         id="ps1-tma-ws-split3"),
                             pytest.param(1, MatmulToCacheConfig(block_m=64, block_n=64, block_k=128, group_m=1,
                                                                 split_k=8), id="ps1-split8"),
+                            pytest.param(64, MatmulToCacheConfig(block_m=128, block_n=128, block_k=64, num_warps=8,
+                                                                 num_stages=3, tma=True, tail_block_n=64,
+                                                                 stream_workers=132), id="ps64-tma-stream132"),
+                            pytest.param(1, MatmulToCacheConfig(stream_workers=7), id="ps1-stream7"),
                             pytest.param(128, MatmulToCacheConfig(split_k=5, tail_block_n=32, tail_split_k=3),
                                          id="ps128-split5-no-tail")])
 def test_gpu_k_matmul_deepseek(page_size, config):

@@ -23,9 +23,10 @@ class MatmulToCacheConfig:
     columns then cost about one extra wave's `tail_block_n / block_n / tail_split_k`, instead of a whole
     second wave of `block_n` tiles.
 
-    `warp_specialize` (TMA-fed tiles only) runs the main tiles' K loop with a producer warpgroup that issues the
-    TMA copies and `num_warps`-warp consumer warpgroups that run the MMAs (Triton's Hopper warp specialization;
-    `num_warps` is then per partition). The tail tiles then go in a second launch, without it.
+    `stream_workers` (0: off) switches to stream-K: that many programs, each taking an equal span of all tiles'
+    K blocks laid end to end (`_matmul_to_cache_stream_kernel`); a tile shared by consecutive programs is summed
+    by the last of them, as a split tile is. `split_k` and `tail_split_k` are then unused (the tail tiles keep
+    `tail_block_n`).
     """
 
     block_m: int = 128
@@ -38,7 +39,7 @@ class MatmulToCacheConfig:
     split_k: int = 1
     tail_block_n: int = 0
     tail_split_k: int = 1
-    warp_specialize: bool = False
+    stream_workers: int = 0
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "block_k"):
@@ -48,6 +49,8 @@ class MatmulToCacheConfig:
         for name in ("group_m", "num_warps", "num_stages", "split_k", "tail_split_k"):
             if getattr(self, name) < 1:
                 raise ValueError(f"MatmulToCacheConfig.{name}: expected >= 1, got {getattr(self, name)}")
+        if self.stream_workers < 0:
+            raise ValueError(f"MatmulToCacheConfig.stream_workers: expected >= 0 (0: off), got {self.stream_workers}")
         t = self.tail_block_n
         if t and (t < 16 or t & (t - 1) or t >= self.block_n):
             raise ValueError(f"MatmulToCacheConfig.tail_block_n: expected 0 or a power of two in [16, block_n = "

@@ -32,6 +32,23 @@ def _k_step(acc, x, w, row0, col0, k, x_rows, w_rows, K: tl.constexpr, BLOCK_K: 
 
 
 @triton.jit
+def _k_range(x, w, row0, col0, k_lo, k_hi, x_rows, w_rows, K: tl.constexpr, BLOCK_M: tl.constexpr,
+             BN: tl.constexpr, BLOCK_K: tl.constexpr, USE_TMA: tl.constexpr, IEEE: tl.constexpr,
+             INTERPRET: tl.constexpr):
+    """`x[rows, k_lo:k_hi] @ w[cols, k_lo:k_hi].T` in float32 (the pipelined K loop of every tile)."""
+    acc = tl.zeros((BLOCK_M, BN), dtype=tl.float32)
+    if INTERPRET:  # the interpreter takes no runtime bounds in range()
+        k = k_lo
+        while k < k_hi:
+            acc = _k_step(acc, x, w, row0, col0, k, x_rows, w_rows, K, BLOCK_K, USE_TMA, IEEE, INTERPRET)
+            k += BLOCK_K
+    else:
+        for k in range(k_lo, k_hi, BLOCK_K):
+            acc = _k_step(acc, x, w, row0, col0, k, x_rows, w_rows, K, BLOCK_K, USE_TMA, IEEE, INTERPRET)
+    return acc
+
+
+@triton.jit
 def _store_to_cache(acc, rm, rn, num_rows, N, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, batch,
                     layer_idx, page_size, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
                     stride_blk_h, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr):
@@ -55,7 +72,7 @@ def _matmul_piece(
     stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h,
     K: tl.constexpr, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
     BLOCK_M: tl.constexpr, BN: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, USE_TMA: tl.constexpr,
-    IEEE: tl.constexpr, INTERPRET: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    IEEE: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Piece `piece` of SPLIT of the `[BLOCK_M, BN]` tile at (pid_m * BLOCK_M, col0): its share of the K blocks.
     One piece stores straight into the cache; the pieces of a split tile store float32 partials at
@@ -70,15 +87,8 @@ def _matmul_piece(
     K_PER_PIECE: tl.constexpr = ((K + BLOCK_K - 1) // BLOCK_K + SPLIT - 1) // SPLIT * BLOCK_K
     k_lo = piece * K_PER_PIECE
     k_hi = tl.minimum(k_lo + K_PER_PIECE, K)
-    acc = tl.zeros((BLOCK_M, BN), dtype=tl.float32)
-    if INTERPRET:  # the interpreter takes no runtime bounds in range()
-        k = k_lo
-        while k < k_hi:
-            acc = _k_step(acc, x, w, row0, col0, k, x_rows, w_rows, K, BLOCK_K, USE_TMA, IEEE, INTERPRET)
-            k += BLOCK_K
-    else:
-        for k in tl.range(k_lo, k_hi, BLOCK_K, warp_specialize=WARP_SPECIALIZE):
-            acc = _k_step(acc, x, w, row0, col0, k, x_rows, w_rows, K, BLOCK_K, USE_TMA, IEEE, INTERPRET)
+    acc = _k_range(x, w, row0, col0, k_lo, k_hi, x_rows, w_rows, K, BLOCK_M, BN, BLOCK_K, USE_TMA, IEEE,
+                   INTERPRET)
     if SPLIT > 1:
         tile = tl.arange(0, BLOCK_M)[:, None] * BN + tl.arange(0, BN)[None, :]
         base = partial_ptr + slot.to(tl.int64) * (SPLIT * BLOCK_M * BN)
@@ -109,8 +119,7 @@ def _matmul_to_cache_kernel(
     K: tl.constexpr, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, TAIL_N: tl.constexpr, TAIL_SPLIT_K: tl.constexpr,
-    USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-    PROGRAMS: tl.constexpr,
+    USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """`C = x @ w.T` into the cache rows of its tokens; C is never stored anywhere else.
 
@@ -122,10 +131,6 @@ def _matmul_to_cache_kernel(
 
     x and w are pointers, or with USE_TMA tensor descriptors of blocks [BLOCK_M, BLOCK_K] and [BLOCK_N, BLOCK_K]
     (TMA loads; out-of-bounds rows and columns read as zero).
-
-    PROGRAMS 0 compiles both kinds of programs into one launch; 1 the main tiles only, 2 the tail tiles only
-    (program 0 is the first tail piece). WARP_SPECIALIZE gives the main tiles' K loop a producer warpgroup
-    (Triton's Hopper warp specialization, which takes one such loop per kernel: hence launches 1 and 2).
     """
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(num_rows, BLOCK_M)
@@ -141,74 +146,140 @@ def _matmul_to_cache_kernel(
     if SPLIT_K > 1:
         tail_counts += main_tiles
         tail_partials += main_tiles.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
-    main_args = (x, w, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr, pid,
-                 main_tiles, num_pid_m, num_pid_n, num_rows, N, batch, layer_idx, page_size, stride_x_m, stride_w_n,
-                 stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h)
-    tail_args = (x, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, tail_partials, tail_counts,
-                 pid - main_tiles * SPLIT_K if PROGRAMS == 0 else pid, num_pid_m, main_cols, num_rows, N, batch,
-                 layer_idx, page_size, stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv,
-                 stride_blk_l, stride_blk_s, stride_blk_h)
-    # the warp-specialized loop must not sit under a runtime branch: launch 1 has none
-    if PROGRAMS == 1:
-        _main_piece(*main_args, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K,
-                    USE_TMA, IEEE, INTERPRET, WARP_SPECIALIZE)
-    elif PROGRAMS == 2:
-        _tail_piece(*tail_args, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BLOCK_K, TAIL_N, TAIL_SPLIT_K,
-                    USE_TMA, IEEE, INTERPRET)
-    elif pid < main_tiles * SPLIT_K:
-        _main_piece(*main_args, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K,
-                    USE_TMA, IEEE, INTERPRET, False)
-    elif TAIL_N > 0:
-        _tail_piece(*tail_args, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BLOCK_K, TAIL_N, TAIL_SPLIT_K,
-                    USE_TMA, IEEE, INTERPRET)
+    if pid < main_tiles * SPLIT_K:
+        piece = pid // main_tiles
+        tile = pid % main_tiles
+        # grouped order: GROUP_M row tiles share each weight tile while it is in L2
+        group = GROUP_M * num_pid_n
+        first_m = (tile // group) * GROUP_M
+        size_m = tl.minimum(num_pid_m - first_m, GROUP_M)
+        pid_m = first_m + (tile % group) % size_m
+        pid_n = (tile % group) // size_m
+        _matmul_piece(x, w, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
+                      pid_m, pid_n * BLOCK_N, piece, tile, num_rows, N, batch, layer_idx, page_size,
+                      stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
+                      stride_blk_h, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K,
+                      USE_TMA, IEEE, INTERPRET)
+    else:
+        if TAIL_N > 0:
+            tail_pid = pid - main_tiles * SPLIT_K
+            tail_n = tl.cdiv(N - main_cols, TAIL_N)
+            tail_tiles = num_pid_m * tail_n
+            piece = tail_pid // tail_tiles
+            tile = tail_pid % tail_tiles
+            _matmul_piece(x, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, tail_partials,
+                          tail_counts, tile // tail_n, main_cols + (tile % tail_n) * TAIL_N, piece, tile, num_rows, N,
+                          batch, layer_idx, page_size, stride_x_m, stride_w_n, stride_lt_b, stride_blk_b,
+                          stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h, K, NUM_HEADS, HEAD_SIZE,
+                          SEARCH_STEPS, BLOCK_M, TAIL_N, BLOCK_K, TAIL_SPLIT_K, USE_TMA, IEEE, INTERPRET)
 
 
 @triton.jit
-def _main_piece(
-    x, w, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr, pid, main_tiles,
-    num_pid_m, num_pid_n, num_rows, N, batch, layer_idx, page_size, stride_x_m, stride_w_n, stride_lt_b,
-    stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h,
+def _stream_segment(
+    x, w, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
+    u, hi, region_start, slot_base, col_base, tiles_n, per_worker, max_pieces, num_rows, N, batch, layer_idx,
+    page_size, stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
+    stride_blk_h,
     K: tl.constexpr, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    SPLIT_K: tl.constexpr, USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
-):
-    """Main-tile program `pid`: piece `pid // main_tiles` of tile `pid % main_tiles`, tiles in grouped order
-    (GROUP_M row tiles share each weight tile while it is in L2)."""
-    piece = pid // main_tiles
-    tile = pid % main_tiles
-    group = GROUP_M * num_pid_n
-    first_m = (tile // group) * GROUP_M
-    size_m = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (tile % group) % size_m
-    pid_n = (tile % group) // size_m
-    _matmul_piece(x, w, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
-                  pid_m, pid_n * BLOCK_N, piece, tile, num_rows, N, batch, layer_idx, page_size,
-                  stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
-                  stride_blk_h, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K,
-                  USE_TMA, IEEE, INTERPRET, WARP_SPECIALIZE)
-
-
-@triton.jit
-def _tail_piece(
-    x, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr, tail_pid,
-    num_pid_m, main_cols, num_rows, N, batch, layer_idx, page_size, stride_x_m, stride_w_n, stride_lt_b,
-    stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h,
-    K: tl.constexpr, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_N: tl.constexpr, TAIL_SPLIT_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BN: tl.constexpr, BLOCK_K: tl.constexpr, UNIT: tl.constexpr, SLOT: tl.constexpr,
     USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    """Tail-tile program `tail_pid`: piece `tail_pid // tail tiles` of a `[BLOCK_M, TAIL_N]` tile of the
-    columns past `main_cols`."""
-    tail_n = tl.cdiv(N - main_cols, TAIL_N)
-    tail_tiles = num_pid_m * tail_n
-    piece = tail_pid // tail_tiles
-    tile = tail_pid % tail_tiles
-    _matmul_piece(x, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
-                  tile // tail_n, main_cols + (tile % tail_n) * TAIL_N, piece, tile, num_rows, N, batch, layer_idx,
-                  page_size, stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l,
-                  stride_blk_s, stride_blk_h, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, TAIL_N, BLOCK_K,
-                  TAIL_SPLIT_K, USE_TMA, IEEE, INTERPRET, False)
+    """The part of the tile holding work unit `u` that lies before `hi`, for a `[BLOCK_M, BN]` tile whose K blocks
+    cost UNIT units each (tiles of this width start at `region_start`, `tiles_n` to a row of tiles, their columns
+    at `col_base`). Returns the unit after the part.
+
+    The workers that share a tile are consecutive; each stores its float32 partial in the tile's slot (SLOT
+    floats per piece, `max_pieces` pieces per slot) and the last to arrive sums them in piece order and stores,
+    so the result does not depend on the order of arrival. A tile one worker covers whole is stored at once.
+    """
+    tile_cost = tl.cdiv(K, BLOCK_K) * UNIT
+    tile = (u - region_start) // tile_cost
+    t_start = region_start + tile * tile_cost
+    t_end = t_start + tile_cost
+    seg_end = tl.minimum(hi, t_end)
+    row0 = (tile // tiles_n) * BLOCK_M
+    col0 = col_base + (tile % tiles_n) * BN
+    rm = row0 + tl.arange(0, BLOCK_M)
+    rn = col0 + tl.arange(0, BN)
+    x_rows = tl.where(rm < num_rows, rm, 0).to(tl.int64) * stride_x_m
+    w_rows = tl.where(rn < N, rn, 0).to(tl.int64) * stride_w_n
+    k_lo = (u - t_start) // UNIT * BLOCK_K
+    k_hi = tl.minimum((seg_end - t_start) // UNIT * BLOCK_K, K)
+    acc = _k_range(x, w, row0, col0, k_lo, k_hi, x_rows, w_rows, K, BLOCK_M, BN, BLOCK_K, USE_TMA, IEEE,
+                   INTERPRET)
+    first_worker = t_start // per_worker
+    num_pieces = (t_end - 1) // per_worker - first_worker + 1
+    if num_pieces == 1:
+        _store_to_cache(acc, rm, rn, num_rows, N, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, batch,
+                        layer_idx, page_size, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
+                        stride_blk_h, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS)
+    else:
+        slot = slot_base + tile
+        offs = tl.arange(0, BLOCK_M)[:, None] * BN + tl.arange(0, BN)[None, :]
+        base = partial_ptr + slot.to(tl.int64) * max_pieces * SLOT
+        tl.store(base + (u // per_worker - first_worker) * SLOT + offs, acc)
+        # every thread's partial is stored before one thread's release; the last piece's acquire sees them all
+        tl.debug_barrier()
+        arrived = tl.atomic_add(count_ptr + slot, 1, sem="acq_rel", scope="gpu")
+        if arrived == num_pieces - 1:
+            acc = tl.load(base + offs, cache_modifier=".cg")
+            i = 1
+            while i < num_pieces:
+                acc += tl.load(base + i * SLOT + offs, cache_modifier=".cg")
+                i += 1
+            _store_to_cache(acc, rm, rn, num_rows, N, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, batch,
+                            layer_idx, page_size, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l,
+                            stride_blk_s, stride_blk_h, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS)
+    return seg_end
+
+
+@triton.jit
+def _matmul_to_cache_stream_kernel(
+    x, w, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
+    num_rows, N, batch, layer_idx, page_size, per_worker, max_pieces,
+    stride_x_m, stride_w_n, stride_lt_b,
+    stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h,
+    K: tl.constexpr, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_N: tl.constexpr, UNIT: tl.constexpr,
+    USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """`C = x @ w.T` into the cache, stream-K: the work (every tile's K blocks, laid end to end: the
+    `[BLOCK_M, BLOCK_N]` tiles row of tiles by row of tiles, then with TAIL_N > 0 the `[BLOCK_M, TAIL_N]` tiles of
+    the columns past the last full BLOCK_N tile) is cut into equal spans of `per_worker` units, one per program.
+    A K block of a main tile costs UNIT = BLOCK_N / TAIL_N units, of a tail tile 1 (without tail tiles UNIT is 1), so
+    every program does the same number of multiply-adds and no SM waits on a second wave.
+    `per_worker` is a multiple of the main tiles' unit, so spans start and end on K-block edges.
+    """
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(num_rows, BLOCK_M)
+    if TAIL_N > 0:
+        main_cols = N // BLOCK_N * BLOCK_N
+    else:
+        main_cols = N
+    tiles_n = tl.cdiv(main_cols, BLOCK_N)
+    main_tiles = num_pid_m * tiles_n
+    main_cost = main_tiles * tl.cdiv(K, BLOCK_K) * UNIT
+    total = main_cost
+    if TAIL_N > 0:
+        total += num_pid_m * tl.cdiv(N - main_cols, TAIL_N) * tl.cdiv(K, BLOCK_K)
+    lo = pid * per_worker
+    hi = tl.minimum(lo + per_worker, total)
+    u = lo
+    while u < tl.minimum(hi, main_cost):
+        u = _stream_segment(x, w, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
+                            u, hi, 0, 0, 0, tiles_n, per_worker, max_pieces, num_rows, N, batch, layer_idx,
+                            page_size, stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv,
+                            stride_blk_l, stride_blk_s, stride_blk_h, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS,
+                            BLOCK_M, BLOCK_N, BLOCK_K, UNIT, BLOCK_M * BLOCK_N, USE_TMA, IEEE, INTERPRET)
+    if TAIL_N > 0:
+        u = tl.maximum(u, main_cost)
+        while u < hi:
+            u = _stream_segment(x, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr,
+                                count_ptr, u, hi, main_cost, main_tiles, main_cols, tl.cdiv(N - main_cols, TAIL_N),
+                                per_worker, max_pieces, num_rows, N, batch, layer_idx, page_size, stride_x_m,
+                                stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
+                                stride_blk_h, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, TAIL_N, BLOCK_K, 1,
+                                BLOCK_M * BLOCK_N, USE_TMA, IEEE, INTERPRET)
 
 
 @triton.jit

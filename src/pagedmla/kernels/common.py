@@ -97,7 +97,7 @@ def ragged_search(offsets_ptr, x, batch, STEPS: tl.constexpr, DIV: tl.constexpr,
     """
     lo = x * 0 + 1
     hi = x * 0 + batch + 1
-    for _ in tl.static_range(STEPS):
+    for _ in range(STEPS):
         active = lo < hi
         mid = (lo + hi) // 2
         v = tl.load(offsets_ptr + mid, mask=active, other=0)

@@ -14,7 +14,12 @@ import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..configs.cache_write import MatmulToCacheConfig, RowConfig, matmul_to_cache_heuristic, row_heuristic
-from ..kernels.cache_write import _matmul_to_cache_kernel, _rms_norm_cache_kernel, _rope_kernel
+from ..kernels.cache_write import (
+    _matmul_to_cache_kernel,
+    _matmul_to_cache_stream_kernel,
+    _rms_norm_cache_kernel,
+    _rope_kernel,
+)
 from ._dispatch import interpreter_enabled
 
 
@@ -53,6 +58,10 @@ def _matmul_to_cache(hidden_state, input_row_offsets, weight, blocks, cache_leng
     tail_n = cfg.tail_block_n if rest and out_features > cfg.block_n else 0
     main_tiles = tiles_m * (out_features // cfg.block_n if tail_n else triton.cdiv(out_features, cfg.block_n))
     tail_tiles = tiles_m * triton.cdiv(rest, tail_n) if tail_n else 0
+    if cfg.stream_workers:
+        _launch_stream(cfg, hidden_state, input_row_offsets, weight, blocks, cache_lengths, lookup_table, layer_idx,
+                       main_tiles, tail_tiles, tail_n, interpret)
+        return
     split, tail_split = cfg.split_k, (cfg.tail_split_k if tail_n else 1)
     # float32 partial tiles and arrival counters of the split tiles (main, then tail); the counters start at zero
     # every call
@@ -64,29 +73,56 @@ def _matmul_to_cache(hidden_state, input_row_offsets, weight, blocks, cache_leng
     else:  # never touched
         partials = torch.empty(1, dtype=torch.float32, device=device)
         counters = torch.empty(1, dtype=torch.int32, device=device)
-    use_tma = cfg.tma and _tma_ready(hidden_state) and _tma_ready(weight)
-    x, w, w_tail = hidden_state, weight, weight
-    if use_tma:
-        x = TensorDescriptor.from_tensor(hidden_state, [cfg.block_m, cfg.block_k])
-        w = TensorDescriptor.from_tensor(weight, [cfg.block_n, cfg.block_k])
-        w_tail = TensorDescriptor.from_tensor(weight, [tail_n, cfg.block_k]) if tail_n else w
-    args = (x, w, w_tail, blocks, input_row_offsets, cache_lengths, lookup_table, partials, counters,
-            num_rows, out_features, batch, layer_idx, blocks.shape[3],
-            hidden_state.stride(0), weight.stride(0), lookup_table.stride(0),
-            blocks.stride(0), blocks.stride(1), blocks.stride(2), blocks.stride(3), blocks.stride(4))
-    meta = dict(K=in_features, NUM_HEADS=blocks.shape[4], HEAD_SIZE=blocks.shape[5], SEARCH_STEPS=search_steps(batch),
-                BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-                SPLIT_K=split, TAIL_N=tail_n, TAIL_SPLIT_K=tail_split,
-                USE_TMA=use_tma, IEEE=hidden_state.dtype == torch.float32, INTERPRET=interpret,
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if cfg.warp_specialize and use_tma:
-        # Triton specializes one K loop per kernel: the main tiles in one launch, the tail tiles in another
-        _matmul_to_cache_kernel[(main_tiles * split,)](*args, WARP_SPECIALIZE=not interpret, PROGRAMS=1, **meta)
-        if tail_tiles:
-            _matmul_to_cache_kernel[(tail_tiles * tail_split,)](*args, WARP_SPECIALIZE=False, PROGRAMS=2, **meta)
-    else:
-        _matmul_to_cache_kernel[(main_tiles * split + tail_tiles * tail_split,)](
-            *args, WARP_SPECIALIZE=False, PROGRAMS=0, **meta)
+    x, w, w_tail, use_tma = _operands(cfg, hidden_state, weight, tail_n)
+    grid = (main_tiles * split + tail_tiles * tail_split,)
+    _matmul_to_cache_kernel[grid](
+        x, w, w_tail, blocks, input_row_offsets, cache_lengths, lookup_table, partials, counters,
+        num_rows, out_features, batch, layer_idx, blocks.shape[3],
+        hidden_state.stride(0), weight.stride(0), lookup_table.stride(0),
+        blocks.stride(0), blocks.stride(1), blocks.stride(2), blocks.stride(3), blocks.stride(4),
+        K=in_features, NUM_HEADS=blocks.shape[4], HEAD_SIZE=blocks.shape[5], SEARCH_STEPS=search_steps(batch),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+        SPLIT_K=split, TAIL_N=tail_n, TAIL_SPLIT_K=tail_split,
+        USE_TMA=use_tma, IEEE=hidden_state.dtype == torch.float32, INTERPRET=interpret,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+
+
+def _operands(cfg: MatmulToCacheConfig, hidden_state, weight, tail_n: int):
+    """(x, w, w_tail, use_tma): tensor descriptors when the config asks for TMA and the layouts allow it."""
+    if not (cfg.tma and _tma_ready(hidden_state) and _tma_ready(weight)):
+        return hidden_state, weight, weight, False
+    w = TensorDescriptor.from_tensor(weight, [cfg.block_n, cfg.block_k])
+    return (TensorDescriptor.from_tensor(hidden_state, [cfg.block_m, cfg.block_k]), w,
+            TensorDescriptor.from_tensor(weight, [tail_n, cfg.block_k]) if tail_n else w, True)
+
+
+def _launch_stream(cfg: MatmulToCacheConfig, hidden_state, input_row_offsets, weight, blocks, cache_lengths,
+                   lookup_table, layer_idx: int, main_tiles: int, tail_tiles: int, tail_n: int, interpret: bool):
+    """The stream-K launch: `cfg.stream_workers` programs with equal spans of work (see the kernel)."""
+    num_rows, in_features = hidden_state.shape
+    unit = cfg.block_n // tail_n if tail_n else 1
+    k_blocks = triton.cdiv(in_features, cfg.block_k)
+    total = (main_tiles * unit + tail_tiles) * k_blocks
+    per_worker = triton.cdiv(triton.cdiv(total, cfg.stream_workers), unit) * unit
+    workers = triton.cdiv(total, per_worker)
+    # the most programs one tile can be shared by: a span of c units meets at most (c - 1) // per_worker + 2
+    max_pieces = max((c - 1) // per_worker + 2 for c in (k_blocks * unit, k_blocks))
+    tiles = main_tiles + tail_tiles
+    partials = torch.empty(tiles * max_pieces * cfg.block_m * cfg.block_n, dtype=torch.float32,
+                           device=hidden_state.device)
+    counters = torch.zeros(tiles, dtype=torch.int32, device=hidden_state.device)
+    x, w, w_tail, use_tma = _operands(cfg, hidden_state, weight, tail_n)
+    _matmul_to_cache_stream_kernel[(workers,)](
+        x, w, w_tail, blocks, input_row_offsets, cache_lengths, lookup_table, partials, counters,
+        num_rows, weight.shape[0], cache_lengths.shape[0], layer_idx, blocks.shape[3], per_worker, max_pieces,
+        hidden_state.stride(0), weight.stride(0), lookup_table.stride(0),
+        blocks.stride(0), blocks.stride(1), blocks.stride(2), blocks.stride(3), blocks.stride(4),
+        K=in_features, NUM_HEADS=blocks.shape[4], HEAD_SIZE=blocks.shape[5],
+        SEARCH_STEPS=search_steps(cache_lengths.shape[0]), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k, TAIL_N=tail_n, UNIT=unit, USE_TMA=use_tma, IEEE=hidden_state.dtype == torch.float32,
+        INTERPRET=interpret, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
 
 
 def k_matmul_ragged_paged(hidden_state, input_row_offsets, weight, blocks, cache_lengths, lookup_table,
