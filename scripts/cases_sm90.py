@@ -216,7 +216,9 @@ def k_matmul(block_m: int, block_n: int, block_k: int, warps: int, stages: int, 
     const = dict(K=7168, NUM_HEADS=1, HEAD_SIZE=576, SEARCH_STEPS=4, BLOCK_M=block_m, BLOCK_N=block_n,
                  BLOCK_K=block_k, TAIL_N=tail_n, USE_TMA=True, IEEE=False, INTERPRET=False)
     if stream:
-        const["UNIT"] = block_n // tail_n if tail_n else 1
+        del const["TAIL_N"]
+        const["BN2"] = tail_n
+        types["w2"] = types.pop("w_tail")
         return _matmul_to_cache_stream_kernel, types, const, warps, stages
     const.update(GROUP_M=8, SPLIT_K=split, TAIL_SPLIT_K=tail_split)
     return _matmul_to_cache_kernel, types, const, warps, stages

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: stream-K k_matmul (`MatmulToCacheConfig.stream_workers`): the
+# One device call (edit per session). This one: stream-K k_matmul in groups of three 128 + 64 column tiles: the
 # cache-write gpu tests, then the k_matmul stream sweep (graph-timed) with the adversarial-cache checks.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
@@ -11,4 +11,4 @@ timeout 240 python3 benchmarks/prefill_probe.py --only k_matmul --stream --graph
   > "$OUT/k_matmul-stream-$COMMIT.txt" 2>&1
 grep -E "FAILED|stress.*stream=132" "$OUT/k_matmul-stream-$COMMIT.txt" | cut -c1-170 | head -12
 grep -vE "^stress|^compiled" "$OUT/k_matmul-stream-$COMMIT.txt" \
-  | sed -E "s/MatmulToCacheConfig\(block_m=128, block_n=(128|64), block_k=64, group_m=8, /cfg(n=\1 /" | cut -c1-250 | tail -16
+  | sed -E "s/MatmulToCacheConfig\(block_m=(128|64), block_n=128, block_k=64, group_m=8, /cfg(m=\1 /" | cut -c1-250 | tail -16

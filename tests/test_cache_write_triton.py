@@ -148,8 +148,8 @@ def _tile(block_n, block_k=16, **kwargs):
     # fewer columns than one tile: no tail tiles, the split tile masks its columns
     pytest.param(48, 48, _tile(64, split_k=3, tail_block_n=16, tail_split_k=2), id="48x48-narrow"),
     pytest.param(80, 48, dataclasses.replace(_TMA_SPLIT, split_k=3), id="80x48-tma-split3-tail"),
-    # stream-K: 2 main tiles and 1 tail tile per row tile (units 2 and 1), spans that cut tiles mid-K, a tile
-    # shared by up to 4 programs, programs with empty spans, TMA operands, K not a multiple of the K tile
+    # stream-K in groups: column tiles of block_n + tail_block_n (the last one masked), spans that cut row tiles
+    # mid-K, a row tile shared by up to 3 groups, TMA operands, K not a multiple of the K tile
     pytest.param(80, 48, _tile(32, tail_block_n=16, stream_workers=7), id="80x48-stream7-tail16"),
     pytest.param(80, 48, _tile(32, tail_block_n=16, stream_workers=40), id="80x48-stream40-tail16"),
     pytest.param(112, 44, _tile(32, tail_block_n=16, stream_workers=5), id="112x44-stream5-tail16"),

@@ -23,10 +23,11 @@ class MatmulToCacheConfig:
     columns then cost about one extra wave's `tail_block_n / block_n / tail_split_k`, instead of a whole
     second wave of `block_n` tiles.
 
-    `stream_workers` (0: off) switches to stream-K: that many programs, each taking an equal span of all tiles'
-    K blocks laid end to end (`_matmul_to_cache_stream_kernel`); a tile shared by consecutive programs is summed
-    by the last of them, as a split tile is. `split_k` and `tail_split_k` are then unused (the tail tiles keep
-    `tail_block_n`).
+    `stream_workers` (0: off) switches to stream-K in groups (`_matmul_to_cache_stream_kernel`): column tiles of
+    `block_n + tail_block_n` columns (two MMAs sharing each block of x: 128 + 64 makes DeepSeek's 576 three
+    tiles), one program per column tile in each group, `stream_workers // column tiles` groups, each taking an
+    equal span of all row tiles' K blocks. A row tile shared by consecutive groups is summed by the last of
+    them, as a split tile is. `split_k`, `tail_split_k` and `group_m` are then unused.
     """
 
     block_m: int = 128

@@ -175,111 +175,146 @@ def _matmul_to_cache_kernel(
 
 
 @triton.jit
-def _stream_segment(
-    x, w, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
-    u, hi, region_start, slot_base, col_base, tiles_n, per_worker, max_pieces, num_rows, N, batch, layer_idx,
-    page_size, stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
-    stride_blk_h,
+def _wide_k_step(acc, acc2, x, w, w2, row0, col0, k, x_rows, w_rows, w2_rows, K: tl.constexpr, BN: tl.constexpr,
+                 BN2: tl.constexpr, BLOCK_K: tl.constexpr, USE_TMA: tl.constexpr, IEEE: tl.constexpr,
+                 INTERPRET: tl.constexpr):
+    """One K block of `_wide_k_range`: x's block loaded once, multiplied with both column parts."""
+    if USE_TMA:
+        a = x.load([row0, k])
+        acc = dot(a, w.load([col0, k]).T, acc, INTERPRET, IEEE)
+        if BN2 > 0:
+            acc2 = dot(a, w2.load([col0 + BN, k]).T, acc2, INTERPRET, IEEE)
+    else:
+        rk = k + tl.arange(0, BLOCK_K)
+        k_ok = rk < K
+        a = tl.load(x + x_rows[:, None] + rk[None, :], mask=k_ok[None, :], other=0.0)
+        acc = dot(a, tl.load(w + w_rows[None, :] + rk[:, None], mask=k_ok[:, None], other=0.0), acc, INTERPRET, IEEE)
+        if BN2 > 0:
+            acc2 = dot(a, tl.load(w2 + w2_rows[None, :] + rk[:, None], mask=k_ok[:, None], other=0.0), acc2,
+                       INTERPRET, IEEE)
+    return acc, acc2
+
+
+@triton.jit
+def _wide_k_range(x, w, w2, row0, col0, k_lo, k_hi, x_rows, w_rows, w2_rows, K: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BN: tl.constexpr, BN2: tl.constexpr, BLOCK_K: tl.constexpr,
+                  USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
+    """`x[rows, k_lo:k_hi] @ w[cols, k_lo:k_hi].T` for the BN columns at col0 and, with BN2 > 0, the BN2 after
+    them (`w2`: their descriptor, or the same pointer): (acc, acc2); without BN2, acc2 is a placeholder."""
+    acc = tl.zeros((BLOCK_M, BN), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_M, BN2 if BN2 > 0 else 16), dtype=tl.float32)
+    if INTERPRET:  # the interpreter takes no runtime bounds in range()
+        k = k_lo
+        while k < k_hi:
+            acc, acc2 = _wide_k_step(acc, acc2, x, w, w2, row0, col0, k, x_rows, w_rows, w2_rows, K, BN, BN2,
+                                     BLOCK_K, USE_TMA, IEEE, INTERPRET)
+            k += BLOCK_K
+    else:
+        for k in range(k_lo, k_hi, BLOCK_K):
+            acc, acc2 = _wide_k_step(acc, acc2, x, w, w2, row0, col0, k, x_rows, w_rows, w2_rows, K, BN, BN2,
+                                     BLOCK_K, USE_TMA, IEEE, INTERPRET)
+    return acc, acc2
+
+
+@triton.jit
+def _stream_row_tile(
+    x, w, w2, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
+    u, hi, col_tile, num_col_tiles, per_group, max_pieces, num_rows, N, batch, layer_idx, page_size, stride_x_m,
+    stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h,
     K: tl.constexpr, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BN: tl.constexpr, BLOCK_K: tl.constexpr, UNIT: tl.constexpr, SLOT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BN: tl.constexpr, BN2: tl.constexpr, BLOCK_K: tl.constexpr,
     USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    """The part of the tile holding work unit `u` that lies before `hi`, for a `[BLOCK_M, BN]` tile whose K blocks
-    cost UNIT units each (tiles of this width start at `region_start`, `tiles_n` to a row of tiles, their columns
-    at `col_base`). Returns the unit after the part.
+    """This program's column tile (BN + BN2 columns) of the row tile holding unit `u` (a row tile's units are its
+    K blocks), over the units from u to the row tile's end or `hi`. Returns the unit after them.
 
-    The workers that share a tile are consecutive; each stores its float32 partial in the tile's slot (SLOT
-    floats per piece, `max_pieces` pieces per slot) and the last to arrive sums them in piece order and stores,
-    so the result does not depend on the order of arrival. A tile one worker covers whole is stored at once.
+    The groups that share a row tile are consecutive; for each column tile, each group's program stores its
+    float32 partial in the tile's slot (`max_pieces` pieces) and the last to arrive sums them in piece order and
+    stores, so the result does not depend on the order of arrival. A part that covers the whole row tile is
+    stored at once.
     """
-    tile_cost = tl.cdiv(K, BLOCK_K) * UNIT
-    tile = (u - region_start) // tile_cost
-    t_start = region_start + tile * tile_cost
-    t_end = t_start + tile_cost
-    seg_end = tl.minimum(hi, t_end)
-    row0 = (tile // tiles_n) * BLOCK_M
-    col0 = col_base + (tile % tiles_n) * BN
+    k_blocks: tl.constexpr = (K + BLOCK_K - 1) // BLOCK_K
+    row_tile = u // k_blocks
+    t_start = row_tile * k_blocks
+    seg_end = tl.minimum(hi, t_start + k_blocks)
+    row0 = row_tile * BLOCK_M
+    col0 = col_tile * (BN + BN2)
     rm = row0 + tl.arange(0, BLOCK_M)
     rn = col0 + tl.arange(0, BN)
+    rn2 = col0 + BN + tl.arange(0, BN2 if BN2 > 0 else 16)
+    # clamped indices keep the K loop free of row/column masks (the tails are never stored)
     x_rows = tl.where(rm < num_rows, rm, 0).to(tl.int64) * stride_x_m
     w_rows = tl.where(rn < N, rn, 0).to(tl.int64) * stride_w_n
-    k_lo = (u - t_start) // UNIT * BLOCK_K
-    k_hi = tl.minimum((seg_end - t_start) // UNIT * BLOCK_K, K)
-    acc = _k_range(x, w, row0, col0, k_lo, k_hi, x_rows, w_rows, K, BLOCK_M, BN, BLOCK_K, USE_TMA, IEEE,
-                   INTERPRET)
-    first_worker = t_start // per_worker
-    num_pieces = (t_end - 1) // per_worker - first_worker + 1
-    if num_pieces == 1:
-        _store_to_cache(acc, rm, rn, num_rows, N, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, batch,
-                        layer_idx, page_size, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
-                        stride_blk_h, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS)
-    else:
-        slot = slot_base + tile
-        offs = tl.arange(0, BLOCK_M)[:, None] * BN + tl.arange(0, BN)[None, :]
+    w2_rows = tl.where(rn2 < N, rn2, 0).to(tl.int64) * stride_w_n
+    acc, acc2 = _wide_k_range(x, w, w2, row0, col0, (u - t_start) * BLOCK_K,
+                              tl.minimum((seg_end - t_start) * BLOCK_K, K), x_rows, w_rows, w2_rows, K, BLOCK_M, BN,
+                              BN2, BLOCK_K, USE_TMA, IEEE, INTERPRET)
+    first_group = t_start // per_group
+    num_pieces = (t_start + k_blocks - 1) // per_group - first_group + 1
+    store = num_pieces == 1
+    if num_pieces > 1:
+        SLOT: tl.constexpr = BLOCK_M * (BN + BN2)
+        slot = row_tile * num_col_tiles + col_tile
         base = partial_ptr + slot.to(tl.int64) * max_pieces * SLOT
-        tl.store(base + (u // per_worker - first_worker) * SLOT + offs, acc)
+        offs = tl.arange(0, BLOCK_M)[:, None] * BN + tl.arange(0, BN)[None, :]
+        piece = u // per_group - first_group
+        tl.store(base + piece * SLOT + offs, acc)
+        if BN2 > 0:
+            offs2 = BLOCK_M * BN + tl.arange(0, BLOCK_M)[:, None] * BN2 + tl.arange(0, BN2)[None, :]
+            tl.store(base + piece * SLOT + offs2, acc2)
         # every thread's partial is stored before one thread's release; the last piece's acquire sees them all
         tl.debug_barrier()
         arrived = tl.atomic_add(count_ptr + slot, 1, sem="acq_rel", scope="gpu")
-        if arrived == num_pieces - 1:
+        store = arrived == num_pieces - 1
+        if store:
             acc = tl.load(base + offs, cache_modifier=".cg")
+            if BN2 > 0:
+                acc2 = tl.load(base + offs2, cache_modifier=".cg")
             i = 1
             while i < num_pieces:
                 acc += tl.load(base + i * SLOT + offs, cache_modifier=".cg")
+                if BN2 > 0:
+                    acc2 += tl.load(base + i * SLOT + offs2, cache_modifier=".cg")
                 i += 1
-            _store_to_cache(acc, rm, rn, num_rows, N, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, batch,
-                            layer_idx, page_size, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l,
+    if store:
+        _store_to_cache(acc, rm, rn, num_rows, N, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, batch,
+                        layer_idx, page_size, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
+                        stride_blk_h, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS)
+        if BN2 > 0:
+            _store_to_cache(acc2, rm, rn2, num_rows, N, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr,
+                            batch, layer_idx, page_size, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l,
                             stride_blk_s, stride_blk_h, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS)
     return seg_end
 
 
 @triton.jit
 def _matmul_to_cache_stream_kernel(
-    x, w, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
-    num_rows, N, batch, layer_idx, page_size, per_worker, max_pieces,
+    x, w, w2, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
+    num_rows, N, batch, layer_idx, page_size, num_col_tiles, per_group, max_pieces,
     stride_x_m, stride_w_n, stride_lt_b,
     stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h,
     K: tl.constexpr, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TAIL_N: tl.constexpr, UNIT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BN2: tl.constexpr, BLOCK_K: tl.constexpr,
     USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    """`C = x @ w.T` into the cache, stream-K: the work (every tile's K blocks, laid end to end: the
-    `[BLOCK_M, BLOCK_N]` tiles row of tiles by row of tiles, then with TAIL_N > 0 the `[BLOCK_M, TAIL_N]` tiles of
-    the columns past the last full BLOCK_N tile) is cut into equal spans of `per_worker` units, one per program.
-    A K block of a main tile costs UNIT = BLOCK_N / TAIL_N units, of a tail tile 1 (without tail tiles UNIT is 1), so
-    every program does the same number of multiply-adds and no SM waits on a second wave.
-    `per_worker` is a multiple of the main tiles' unit, so spans start and end on K-block edges.
+    """`C = x @ w.T` into the cache, stream-K in groups: the programs form groups of `num_col_tiles`, one
+    program per column tile of `BLOCK_N + BN2` columns (two MMAs that share each block of x). The row tiles' K
+    blocks, laid end to end, are cut into equal spans of `per_group` units, one per group, so every program does
+    the same number of multiply-adds (no SM waits on a second wave) and the programs of a group read the same
+    blocks of x at the same time (one read from memory, the others from L2).
     """
     pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(num_rows, BLOCK_M)
-    if TAIL_N > 0:
-        main_cols = N // BLOCK_N * BLOCK_N
-    else:
-        main_cols = N
-    tiles_n = tl.cdiv(main_cols, BLOCK_N)
-    main_tiles = num_pid_m * tiles_n
-    main_cost = main_tiles * tl.cdiv(K, BLOCK_K) * UNIT
-    total = main_cost
-    if TAIL_N > 0:
-        total += num_pid_m * tl.cdiv(N - main_cols, TAIL_N) * tl.cdiv(K, BLOCK_K)
-    lo = pid * per_worker
-    hi = tl.minimum(lo + per_worker, total)
-    u = lo
-    while u < tl.minimum(hi, main_cost):
-        u = _stream_segment(x, w, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
-                            u, hi, 0, 0, 0, tiles_n, per_worker, max_pieces, num_rows, N, batch, layer_idx,
-                            page_size, stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv,
-                            stride_blk_l, stride_blk_s, stride_blk_h, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS,
-                            BLOCK_M, BLOCK_N, BLOCK_K, UNIT, BLOCK_M * BLOCK_N, USE_TMA, IEEE, INTERPRET)
-    if TAIL_N > 0:
-        u = tl.maximum(u, main_cost)
-        while u < hi:
-            u = _stream_segment(x, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr,
-                                count_ptr, u, hi, main_cost, main_tiles, main_cols, tl.cdiv(N - main_cols, TAIL_N),
-                                per_worker, max_pieces, num_rows, N, batch, layer_idx, page_size, stride_x_m,
-                                stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
-                                stride_blk_h, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, TAIL_N, BLOCK_K, 1,
-                                BLOCK_M * BLOCK_N, USE_TMA, IEEE, INTERPRET)
+    group = pid // num_col_tiles
+    col_tile = pid % num_col_tiles
+    total = tl.cdiv(num_rows, BLOCK_M) * tl.cdiv(K, BLOCK_K)
+    u = group * per_group
+    hi = tl.minimum(u + per_group, total)
+    while u < hi:
+        u = _stream_row_tile(x, w, w2, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr,
+                             count_ptr, u, hi, col_tile, num_col_tiles, per_group, max_pieces, num_rows, N, batch,
+                             layer_idx, page_size, stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv,
+                             stride_blk_l, stride_blk_s, stride_blk_h, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS,
+                             BLOCK_M, BLOCK_N, BN2, BLOCK_K, USE_TMA, IEEE, INTERPRET)
 
 
 @triton.jit

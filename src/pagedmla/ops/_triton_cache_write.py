@@ -53,15 +53,15 @@ def _matmul_to_cache(hidden_state, input_row_offsets, weight, blocks, cache_leng
         if device.type == "cuda" else 132
     cfg = config or matmul_to_cache_heuristic(num_rows, out_features, in_features, num_sms=num_sms,
                                               interpret=interpret)
+    if cfg.stream_workers:
+        _launch_stream(cfg, hidden_state, input_row_offsets, weight, blocks, cache_lengths, lookup_table, layer_idx,
+                       interpret)
+        return
     tiles_m = triton.cdiv(num_rows, cfg.block_m)
     rest = out_features % cfg.block_n
     tail_n = cfg.tail_block_n if rest and out_features > cfg.block_n else 0
     main_tiles = tiles_m * (out_features // cfg.block_n if tail_n else triton.cdiv(out_features, cfg.block_n))
     tail_tiles = tiles_m * triton.cdiv(rest, tail_n) if tail_n else 0
-    if cfg.stream_workers:
-        _launch_stream(cfg, hidden_state, input_row_offsets, weight, blocks, cache_lengths, lookup_table, layer_idx,
-                       main_tiles, tail_tiles, tail_n, interpret)
-        return
     split, tail_split = cfg.split_k, (cfg.tail_split_k if tail_n else 1)
     # float32 partial tiles and arrival counters of the split tiles (main, then tail); the counters start at zero
     # every call
@@ -98,30 +98,33 @@ def _operands(cfg: MatmulToCacheConfig, hidden_state, weight, tail_n: int):
 
 
 def _launch_stream(cfg: MatmulToCacheConfig, hidden_state, input_row_offsets, weight, blocks, cache_lengths,
-                   lookup_table, layer_idx: int, main_tiles: int, tail_tiles: int, tail_n: int, interpret: bool):
-    """The stream-K launch: `cfg.stream_workers` programs with equal spans of work (see the kernel)."""
+                   lookup_table, layer_idx: int, interpret: bool):
+    """The stream-K launch: groups of one program per `block_n + tail_block_n` columns, equal spans of the row
+    tiles' K blocks per group (see the kernel)."""
     num_rows, in_features = hidden_state.shape
-    unit = cfg.block_n // tail_n if tail_n else 1
+    out_features = weight.shape[0]
+    bn2 = cfg.tail_block_n
+    num_col_tiles = triton.cdiv(out_features, cfg.block_n + bn2)
     k_blocks = triton.cdiv(in_features, cfg.block_k)
-    total = (main_tiles * unit + tail_tiles) * k_blocks
-    per_worker = triton.cdiv(triton.cdiv(total, cfg.stream_workers), unit) * unit
-    workers = triton.cdiv(total, per_worker)
-    # the most programs one tile can be shared by: a span of c units meets at most (c - 1) // per_worker + 2
-    max_pieces = max((c - 1) // per_worker + 2 for c in (k_blocks * unit, k_blocks))
-    tiles = main_tiles + tail_tiles
-    partials = torch.empty(tiles * max_pieces * cfg.block_m * cfg.block_n, dtype=torch.float32,
+    total = triton.cdiv(num_rows, cfg.block_m) * k_blocks
+    per_group = triton.cdiv(total, max(1, cfg.stream_workers // num_col_tiles))
+    groups = triton.cdiv(total, per_group)
+    # the most groups one row tile can be shared by: a span of k_blocks units meets at most this many
+    max_pieces = (k_blocks - 1) // per_group + 2
+    tiles = triton.cdiv(num_rows, cfg.block_m) * num_col_tiles
+    partials = torch.empty(tiles * max_pieces * cfg.block_m * (cfg.block_n + bn2), dtype=torch.float32,
                            device=hidden_state.device)
     counters = torch.zeros(tiles, dtype=torch.int32, device=hidden_state.device)
-    x, w, w_tail, use_tma = _operands(cfg, hidden_state, weight, tail_n)
-    _matmul_to_cache_stream_kernel[(workers,)](
-        x, w, w_tail, blocks, input_row_offsets, cache_lengths, lookup_table, partials, counters,
-        num_rows, weight.shape[0], cache_lengths.shape[0], layer_idx, blocks.shape[3], per_worker, max_pieces,
-        hidden_state.stride(0), weight.stride(0), lookup_table.stride(0),
+    x, w, w2, use_tma = _operands(cfg, hidden_state, weight, bn2)
+    _matmul_to_cache_stream_kernel[(groups * num_col_tiles,)](
+        x, w, w2, blocks, input_row_offsets, cache_lengths, lookup_table, partials, counters,
+        num_rows, out_features, cache_lengths.shape[0], layer_idx, blocks.shape[3], num_col_tiles, per_group,
+        max_pieces, hidden_state.stride(0), weight.stride(0), lookup_table.stride(0),
         blocks.stride(0), blocks.stride(1), blocks.stride(2), blocks.stride(3), blocks.stride(4),
         K=in_features, NUM_HEADS=blocks.shape[4], HEAD_SIZE=blocks.shape[5],
-        SEARCH_STEPS=search_steps(cache_lengths.shape[0]), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k, TAIL_N=tail_n, UNIT=unit, USE_TMA=use_tma, IEEE=hidden_state.dtype == torch.float32,
-        INTERPRET=interpret, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        SEARCH_STEPS=search_steps(cache_lengths.shape[0]), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BN2=bn2,
+        BLOCK_K=cfg.block_k, USE_TMA=use_tma, IEEE=hidden_state.dtype == torch.float32, INTERPRET=interpret,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
 
 
