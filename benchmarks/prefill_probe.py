@@ -158,14 +158,9 @@ def graph_ms(fn) -> float:
 def k_matmul_cases(sweep: bool, stream: bool = False):
     big = MatmulToCacheConfig(128, 128, 64, 8, 8, 3, tma=True)  # the heuristic's tile from 1024 rows
     configs = {8192: [None], 4096: [None, big], 1024: [None, big], 256: [None, MatmulToCacheConfig()], 64: [None]}
-    if stream:  # stream-K in groups of three 128 + 64 column tiles, one program per SM (two for 64-row tiles)
-        sk = replace(big, tail_block_n=64, stream_workers=132)
-        half = MatmulToCacheConfig(64, 128, 64, 8, 4, 3, tma=True, tail_block_n=64, stream_workers=264)
-        configs = {
-            8192: [None, sk, replace(sk, num_stages=4), half],
-            4096: [None, sk, replace(sk, num_stages=4), half, replace(half, num_stages=4, stream_workers=132)],
-            1024: [None, sk, half],
-        }
+    if stream:  # stream-K in groups of three 128 + 64 column tiles, one program per SM; each config twice
+        sk = replace(big, tail_block_n=64, stream_workers=132, num_stages=4)
+        configs = {16384: [None, sk, None, sk], 8192: [None, sk, None, sk], 4096: [None, sk, None, sk]}
     if sweep:
         wide = MatmulToCacheConfig(128, 256, 64, 8, 8, 3, tma=True)
         one_group = MatmulToCacheConfig(64, 128, 64, 8, 4, 3, tma=True, tail_block_n=64, tail_split_k=2)
