@@ -186,7 +186,19 @@ def test_matmul_config_errors(kwargs, match):
         MatmulToCacheConfig(**kwargs)
 
 
-@pytest.mark.parametrize("rows", [1, 64, 256, 1024, 4096, 8192, 20000])
+@pytest.mark.parametrize("rows,out_features,stream", [(16384, 576, True), (20000, 576, True), (8192, 576, False),
+                                                    (16384, 2048, False), (16384, 384, True)])
+def test_matmul_heuristic_stream_k(rows, out_features, stream):
+    """Stream-K from STREAM_MIN_ROWS rows, for output widths that 192-column tiles cover exactly, with one
+    program per SM; never in the interpreter (tests name stream configs themselves)."""
+    cfg = matmul_to_cache_heuristic(rows, out_features, 7168, num_sms=132)
+    assert (cfg.stream_workers > 0) == stream
+    if stream:
+        assert cfg.stream_workers == 132 and cfg.block_n + cfg.tail_block_n == 192 and cfg.tma
+    assert matmul_to_cache_heuristic(rows, out_features, 7168, num_sms=132, interpret=True).stream_workers == 0
+
+
+@pytest.mark.parametrize("rows", [1, 64, 256, 1024, 4096, 8192])
 def test_matmul_heuristic_splits(rows):
     """The GPU heuristic at 7168 -> 576 on 132 SMs: split main tiles only when they fill under half the SMs,
     tail tiles only for a last column tile at most half full and split at least twice (into at most half as
@@ -307,6 +319,9 @@ def test_deepseek_sizes_write_chain():
 # ---- gpu tier: DeepSeek-V3 sizes -------------------------------------------------------------------------------
 
 
+_BIG_BATCH = "16384 rows, heuristic"  # a test parameter: the heuristic's config on a batch of 16384 new rows
+
+
 def _gpu_batch(page_size, dtype=torch.bfloat16, fill=False):
     cached = [0, 0, 1, page_size - 1 if page_size > 1 else 2, 700, 129]
     new = [0, 1, 300, page_size + 1, 1, 64]
@@ -322,8 +337,9 @@ def _gpu_batch(page_size, dtype=torch.bfloat16, fill=False):
                             pytest.param(1, MatmulToCacheConfig(block_m=64, block_n=64, block_k=128, group_m=1,
                                                                 split_k=8), id="ps1-split8"),
                             pytest.param(64, MatmulToCacheConfig(block_m=128, block_n=128, block_k=64, num_warps=8,
-                                                                 num_stages=3, tma=True, tail_block_n=64,
+                                                                 num_stages=4, tma=True, tail_block_n=64,
                                                                  stream_workers=132), id="ps64-tma-stream132"),
+                            pytest.param(64, _BIG_BATCH, id="ps64-16384-rows-heuristic-stream"),
                             pytest.param(1, MatmulToCacheConfig(stream_workers=7), id="ps1-stream7"),
                             pytest.param(128, MatmulToCacheConfig(split_k=5, tail_block_n=32, tail_split_k=3),
                                          id="ps128-split5-no-tail")])
@@ -331,7 +347,15 @@ def test_gpu_k_matmul_deepseek(page_size, config):
     """The heuristic's default (K split in 4 at these 366 rows) and named tail/split configs. The 128 x 64
     config has no tail at 576 columns, so its tail settings are unused. Split tiles are summed in piece order,
     so repeated calls give the same bits."""
-    pb = _gpu_batch(page_size)
+    if config is _BIG_BATCH:  # 16384 new rows in four sequences with cached prefixes: the heuristic's stream-K
+        pb = _batch(page_size, head_size=576, dtype=torch.bfloat16, device="cuda",
+                    lengths=([0, 100, 3000, 7], [5000, 1, 6000, 5383]))
+        config = None
+        assert matmul_to_cache_heuristic(pb.num_rows, 576, 7168,
+                                         num_sms=torch.cuda.get_device_properties(0).multi_processor_count
+                                         ).stream_workers > 0
+    else:
+        pb = _gpu_batch(page_size)
     ref, low = _twin(pb, torch.float32), _twin(pb, torch.float32)
     x = _randn(pb.num_rows, 7168, dtype=torch.bfloat16, device="cuda")
     w = _randn(576, 7168, dtype=torch.bfloat16, device="cuda", seed=2, scale=7168 ** -0.5)
