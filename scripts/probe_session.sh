@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one, the final code: the cache-write gpu tier (stream-K configs and
-# the heuristic's stream-K at 16384 rows), the harness's cache-write suite at 4096 and 16384 rows, and the
-# 128-head sparse configs again (2 against 3 stages, one earlier run favoured 2).
+# One device call (edit per session). This one: the sparse heuristic's FP8 64-row tile at 2 stages (was 3): the
+# sparse gpu tier and the two-per-SM FP8 decode test (not yet run on a GPU in its final form), then the
+# harness's sparse suite (128 and 64 heads FP8; 16 heads bf16).
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_cache_write_triton.py > "$OUT/gpu-tests.txt" 2>&1
+timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_sparse_decode_triton.py \
+  "tests/test_decode_triton.py::test_gpu_fp8_two_programs_per_sm" > "$OUT/gpu-tests.txt" 2>&1
 tail -2 "$OUT/gpu-tests.txt"; grep -E "^FAILED" "$OUT/gpu-tests.txt" | head -10
-timeout 120 python3 -m pagedmla.cli bench cache-write --batch 1 --keys 4096 16384 --no-reference \
-  --json "$OUT/bench-cache-write.json" > "$OUT/bench-cache-write.txt" 2>&1
-timeout 150 python3 benchmarks/sparse_probe.py --out "$OUT" --sweep --cases H128-rope-fp8kv-bf16q --batch 64 \
-  --tokens 8192 --budget-s 40 > "$OUT/sparse-configs.txt" 2>&1
-grep -E "^ceilings|^cache-write" "$OUT/bench-cache-write.txt" | cut -c1-130
-grep -E "H128|case" "$OUT/sparse-configs.txt" | grep -v "^{" | cut -c1-130 | head -12
+timeout 90 python3 -m pagedmla.cli bench sparse --no-reference --json "$OUT/bench-sparse.json" > "$OUT/bench-sparse.txt" 2>&1
+timeout 90 python3 -m pagedmla.cli bench sparse --heads 16 --kv-dtype bf16 --batch 64 128 --no-reference \
+  --json "$OUT/bench-sparse-h16.json" > "$OUT/bench-sparse-h16.txt" 2>&1
+grep -E "^ceilings|^sparse" "$OUT/bench-sparse.txt" "$OUT/bench-sparse-h16.txt" | sed 's/^.*txt://' | cut -c1-130
