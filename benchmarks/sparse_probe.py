@@ -127,19 +127,16 @@ def measure(c, fn, ceilings) -> dict:
                 "mm_frac": cost.flops / sec / ceilings.matmul_flops_per_s}
 
 
-def _cfg(bm, bn, splits, warps, stages, combine=(4, 512), l1=False):
-    """A config; `combine`: the combine kernel's (rows, columns) per program; `l1`: prefetch the indices to L1."""
+def _cfg(bm, bn, splits, warps, stages, combine=(4, 512)):
+    """A config; `combine`: the combine kernel's (rows, columns) per program."""
     return SparseDecodeConfig(block_m=bm, block_n=bn, num_splits=splits, num_warps=warps, num_stages=stages,
-                              prefetch_indices=bm < 64, combine_block_r=combine[0], combine_block_dv=combine[1],
-                              l1_indices=l1)
+                              prefetch_indices=bm < 64, combine_block_r=combine[0], combine_block_dv=combine[1])
 
 
 def _label(cfg: SparseDecodeConfig) -> str:
     text = str(tuple(asdict(cfg).values())[:5])
     if (cfg.combine_block_r, cfg.combine_block_dv) != (4, 512):
         text += f" combine r{cfg.combine_block_r} dv{cfg.combine_block_dv}"
-    if cfg.l1_indices:
-        text += " l1"
     return text
 
 
@@ -151,10 +148,6 @@ SWEEP_16 = [_cfg(16, 32, 2, 4, 3), _cfg(16, 32, 2, 4, 3, (8, 128)), _cfg(16, 32,
             _cfg(16, 32, 2, 8, 4), _cfg(16, 64, 4, 8, 2)]
 SWEEP_32 = [_cfg(32, 64, 4, 8, 2), _cfg(32, 32, 4, 8, 3), _cfg(32, 32, 2, 4, 3)]
 SWEEP_64_FP8 = [_cfg(64, 64, 1, 8, 2), _cfg(64, 32, 1, 8, 3), _cfg(64, 32, 1, 8, 4)]
-# --l1: the heuristic's tiles without and with the indices prefetched to L1, alternating, twice
-L1_16 = [_cfg(16, 32, 2, 4, 3, l1=True), _cfg(16, 32, 2, 4, 3), _cfg(16, 32, 2, 4, 3, l1=True)]
-L1_32 = [_cfg(32, 64, 4, 8, 2, l1=True), _cfg(32, 64, 4, 8, 2), _cfg(32, 64, 4, 8, 2, l1=True)]
-L1_64 = [_cfg(64, 64, 1, 8, 2, l1=True), _cfg(64, 64, 1, 8, 2), _cfg(64, 64, 1, 8, 2, l1=True)]
 
 
 def main() -> None:
@@ -166,7 +159,6 @@ def main() -> None:
     ap.add_argument("--query-tokens", type=int, default=2)
     ap.add_argument("--page-size", type=int, default=64)
     ap.add_argument("--sweep", action="store_true", help="also time other launch configs")
-    ap.add_argument("--l1", action="store_true", help="sweep only the L1 index prefetch against the heuristic")
     ap.add_argument("--cases", default="", help="only the cases whose name contains one of these (comma-separated)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new configs after this long")
     args = ap.parse_args()
@@ -185,8 +177,6 @@ def main() -> None:
              ("H16-bf16kv-fold", {"heads": 16, "kind": "bf16", "q_kind": "bf16", "fold": True}, SWEEP_32),
              ("H128-fp8g64kv-bf16q", {"heads": 128, "kind": "fp8-g64", "q_kind": "bf16", "fold": False}, SWEEP_64_FP8),
              ("H128-rope-fp8kv-fp8q", {"heads": 128, "kind": "rope", "q_kind": "fp8", "fold": False}, SWEEP_64_FP8)]
-    if args.l1:
-        specs = [(name, spec, {16: L1_16, 32: L1_32}.get(sweep[0].block_m, L1_64)) for name, spec, sweep in specs]
     if args.cases:
         specs = [sp for sp in specs if any(key in sp[0] for key in args.cases.split(","))]
     for name, spec, sweep in specs:

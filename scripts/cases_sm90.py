@@ -25,7 +25,7 @@ def decode(fp8: bool, block_m: int, block_n: int, warps: int, stages: int, prefe
     return _mla_decode_kernel, types, const, warps, stages
 
 
-def sparse(fp8: bool, block_m: int, block_n: int, warps: int, stages: int, prefetch: bool, l1: bool = False):
+def sparse(fp8: bool, block_m: int, block_n: int, warps: int, stages: int, prefetch: bool):
     """The sparse decode, one index row per sequence (fold), rope-aware FP8 row or bf16 cache, bf16 q."""
     from pagedmla.kernels.mla_sparse_decode import _mla_sparse_decode_kernel
     cache = "*fp8e4nv" if fp8 else "*bf16"
@@ -39,7 +39,7 @@ def sparse(fp8: bool, block_m: int, block_n: int, warps: int, stages: int, prefe
                  X_G=640, X_LAT_MODE=0, X_LAT_NG=1, X_LAT_GS=512, X_ROPE_MODE=0, X_ROPE_NG=1, X_ROPE_GS=64,
                  FOLD=True, HAS_EXTRA=False, HAS_SINK=False, Q_SCALED=False, SPLIT_QS=False, SPLIT=False,
                  SEARCH_STEPS=8, CD=tl.bfloat16, BLOCK_M=block_m, BLOCK_N=block_n, INTERPRET=False, IEEE=False,
-                 PREFETCH_INDICES=prefetch, L1_INDICES=l1)
+                 PREFETCH_INDICES=prefetch)
     return _mla_sparse_decode_kernel, types, const, warps, stages
 
 
@@ -51,7 +51,6 @@ CASES = {
     "decode-fp8-h128": lambda: decode(True, 64, 32, 8, 3),
     "sparse-fp8-h128": lambda: sparse(True, 64, 64, 8, 2, False),  # the heuristic's tile
     "sparse-bf16-h16": lambda: sparse(False, 16, 32, 4, 3, True),
-    "sparse-bf16-h16-l1": lambda: sparse(False, 16, 32, 4, 3, True, True),
 }
 
 

@@ -8,9 +8,7 @@ float32 compute is held to a fixed tolerance; 16-bit compute to twice PyTorch's 
 
 from __future__ import annotations
 
-import dataclasses
 import zlib
-from unittest import mock
 
 import pytest
 import torch
@@ -311,8 +309,7 @@ def test_fold_shared_index_equals_per_token_rows():
 V32_RANK, V32_ROPE = 512, 64
 
 
-def _v32_case(heads, kv_kind, q_kind, *, fold=False, extra=False, sink=False, seed=0, l1=False):
-    """`l1`: the heuristic's tiles with the indices prefetched to L1 (`SparseDecodeConfig.l1_indices`)."""
+def _v32_case(heads, kv_kind, q_kind, *, fold=False, extra=False, sink=False, seed=0):
     dev = torch.device("cuda")
     gen = torch.Generator().manual_seed(seed)
     cache, new = [3000, 5200], [2, 2]
@@ -369,12 +366,8 @@ def _v32_case(heads, kv_kind, q_kind, *, fold=False, extra=False, sink=False, se
     kw_dev = {k: to_dev(v) for k, v in kw.items()}
     out_dtype = torch.bfloat16
     got = torch.full((pb.num_rows, heads, V32_RANK), float("nan"), dtype=out_dtype, device=dev)
-    from pagedmla.ops import _triton_sparse_decode as tsd
-
-    picked = tsd.heuristic
-    with mock.patch.object(tsd, "heuristic", lambda **kw: dataclasses.replace(picked(**kw), l1_indices=l1)):
-        got, got_lse = pm.mla_decode_kv_cache_ragged(to_dev(q), pb.input_row_offsets.to(dev), to_dev(kv), 0, 0.1,
-                                                     output=got, backend="triton", **kw_dev)
+    got, got_lse = pm.mla_decode_kv_cache_ragged(to_dev(q), pb.input_row_offsets.to(dev), to_dev(kv), 0, 0.1,
+                                                 output=got, backend="triton", **kw_dev)
     caches = [kv] + ([ex["kv"]] if extra else [])
     eps = _bf16_eps(want, caches, rope_aware, V32_ROPE)
     assert_close_to_reference(got.float().cpu(), want, _envelope(low, want, -1), eps=eps)
@@ -390,9 +383,6 @@ GPU_CASES = [
     pytest.param(16, "bf16", "bf16", {"fold": True, "sink": True}, id="H16-bf16-fold-sink"),
     pytest.param(16, "rope", "bf16", {"fold": True, "extra": True}, id="H16-rope-aware-fold-extra"),
     pytest.param(16, "fp8-G64", "fp8", {}, id="H16-fp8-G64-fp8q"),
-    pytest.param(16, "bf16", "bf16", {"l1": True, "extra": True}, id="H16-bf16-extra-l1"),
-    pytest.param(16, "bf16", "bf16", {"fold": True, "l1": True}, id="H16-bf16-fold-l1"),
-    pytest.param(128, "rope", "bf16", {"l1": True, "extra": True}, id="H128-rope-aware-extra-l1"),
 ]
 
 
@@ -402,13 +392,11 @@ def test_sparse_decode_v32_shapes_gpu(heads, kv_kind, q_kind, opts):
     _v32_case(heads, kv_kind, q_kind, **opts)
 
 
-@pytest.mark.parametrize("prefetch,l1", [(False, False), (True, False), (True, True)],
-                         ids=["no-prefetch", "prefetch", "prefetch-l1"])
+@pytest.mark.parametrize("prefetch", [False, True], ids=["no-prefetch", "prefetch"])
 @pytest.mark.parametrize("block_m", [16, 64], ids=["bm16", "bm64"])
-def test_forced_configs_and_splits(block_m, prefetch, l1):
+def test_forced_configs_and_splits(block_m, prefetch):
     """Explicit launch configs (tile rows, a split of every index row across 1-3 programs) give the reference's
-    answer with a main stream in mode 2 (G=16) and an extra stream in mode 3 (G=64 on 80 columns). (`l1`: the
-    interpreter skips the L1 prefetch, which is inline PTX; the gpu tier runs it.)"""
+    answer with a main stream in mode 2 (G=16) and an extra stream in mode 3 (G=64 on 80 columns)."""
     from pagedmla.configs.sparse_decode import SparseDecodeConfig
     from pagedmla.ops._triton_sparse_decode import sparse_decode
 
@@ -419,7 +407,7 @@ def test_forced_configs_and_splits(block_m, prefetch, l1):
     for splits in (1, 2, 3):
         cfg = SparseDecodeConfig(block_m=block_m, block_n=16, num_splits=splits, num_warps=1, num_stages=1,
                                  prefetch_indices=prefetch, combine_block_r=4, combine_block_dv=32,
-                                 combine_num_warps=1, l1_indices=l1)
+                                 combine_num_warps=1)
         out = torch.full((offsets[-1], 3, LATENT), float("nan"))
         lse = torch.full((offsets[-1], 3), float("nan"))
         sparse_decode(r["q"], offsets, kv.blocks, kv.cache_lengths, kv.lookup_table, kv.scales, 1, 0.3, 0, -1, splits,

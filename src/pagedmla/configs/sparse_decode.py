@@ -19,8 +19,6 @@ class SparseDecodeConfig:
         num_splits: programs that share one group's index list (1: no partials, no combine kernel).
         num_warps, num_stages: of the main kernel (num_stages pipelines the gathers).
         prefetch_indices: load each block's indices an iteration ahead (see `_attend_stream`).
-        l1_indices: prefetch the program's whole index range into L1 before its loop (GPU only; see
-            `_attend_stream`).
         combine_block_r, combine_block_dv, combine_num_warps: rows and output columns per program, and warps, of
             the combine kernel (4 whole 512-column rows: 113.7 us against 118.2 us for 8 rows x 128 columns at
             16 heads, bf16, B = 64, 2 query tokens, 2 splits, H200; the columns are capped at kv_lora_rank, and
@@ -33,7 +31,6 @@ class SparseDecodeConfig:
     num_warps: int = 8
     num_stages: int = 2
     prefetch_indices: bool = False
-    l1_indices: bool = False
     combine_block_r: int = 4
     combine_block_dv: int = 512
     combine_num_warps: int = 4

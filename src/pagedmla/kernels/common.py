@@ -123,11 +123,3 @@ def ragged_count(offsets_ptr, x, batch, CHUNKS: tl.constexpr, BLOCK: tl.constexp
             v = v // DIV
         count += tl.sum((ok & (v + i * ADD <= x)).to(tl.int32), 0)
     return count
-
-
-@triton.jit
-def prefetch_to_l1(ptrs):
-    """Ask the SM to bring the cache lines holding `ptrs` into its L1 (`prefetch.global.L1`), without waiting and
-    without a result. Every pointer must be a valid address. GPU only: the interpreter cannot run inline PTX."""
-    tl.inline_asm_elementwise("prefetch.global.L1 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
-                              is_pure=False, pack=1)

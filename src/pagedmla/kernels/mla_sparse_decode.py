@@ -33,7 +33,7 @@ Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave
 import triton
 import triton.language as tl
 
-from .common import dot, prefetch_to_l1, ragged_search, split_logits
+from .common import dot, ragged_search, split_logits
 from .fp8 import _cast, _dequant, _load_scales, _softmax_update
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -150,22 +150,13 @@ def _attend_stream(
     LAT_MODE: tl.constexpr, LAT_NG: tl.constexpr, LAT_GS: tl.constexpr,
     ROPE_MODE: tl.constexpr, ROPE_NG: tl.constexpr, ROPE_GS: tl.constexpr, SPLIT_QS: tl.constexpr,
     CD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr, IEEE: tl.constexpr,
-    PREFETCH: tl.constexpr, L1_INDICES: tl.constexpr, L1_SPAN: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     """Blocks `[lo, hi)` of one stream's index row (indices past block `hi` read as -1). PREFETCH loads each
     block's indices one iteration ahead, so that the gathers' addresses do not wait on an index load of the
     same iteration and the compiler issues them a stage earlier (measured on H200: 16-row tiles gain a third,
-    64-row tiles lose: the extra buffers spill). The pipeliner still issues a block's gathers right after that
-    block's index load, so L1_INDICES first prefetches the whole index range into L1 (L1_SPAN columns per
-    step), and those loads wait on L1 instead of memory."""
+    64-row tiles lose: the extra buffers spill)."""
     count = tl.minimum(count, hi * BLOCK_N)
-    if L1_INDICES and not INTERPRET:
-        # the loop's index loads then hit L1: the gathers of a block are issued right after its indices' load
-        c0 = lo * BLOCK_N
-        while c0 < count:
-            c = tl.minimum(c0 + tl.arange(0, L1_SPAN), count - 1)
-            prefetch_to_l1(idx_row + c.to(tl.int64) * stride_idx_k)
-            c0 += L1_SPAN
     next_ids = _load_indices(idx_row, stride_idx_k, lo * BLOCK_N, count if PREFETCH else 0, BLOCK_N)
     if INTERPRET:
         # the interpreter takes no runtime bounds in range()
@@ -213,7 +204,7 @@ def _mla_sparse_decode_kernel(
     FOLD: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_SINK: tl.constexpr, Q_SCALED: tl.constexpr,
     SPLIT_QS: tl.constexpr, SPLIT: tl.constexpr, SEARCH_STEPS: tl.constexpr, CD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr, IEEE: tl.constexpr,
-    PREFETCH_INDICES: tl.constexpr, L1_INDICES: tl.constexpr,
+    PREFETCH_INDICES: tl.constexpr,
 ):
     """Program (group x row tile, split): the tile's rows against the split's share of the group's indices."""
     pid = tl.program_id(0)
@@ -266,7 +257,7 @@ def _mla_sparse_decode_kernel(
             stride_idx_k, blocks_ptr, rope_ptr, scales_ptr, layer_idx, page_size, pool_rows,
             stride_b_b, stride_b_l, stride_b_s, stride_r_b, stride_r_l, stride_r_s, stride_s_b, stride_s_l, stride_s_s,
             KV_LORA_RANK, ROPE_DIM, ROPE_OFF, G, LAT_MODE, LAT_NG, LAT_GS, ROPE_MODE, ROPE_NG, ROPE_GS, SPLIT_QS, CD,
-            BLOCK_M, BLOCK_N, INTERPRET, IEEE, PREFETCH_INDICES, L1_INDICES, 256)
+            BLOCK_M, BLOCK_N, INTERPRET, IEEE, PREFETCH_INDICES)
         if HAS_EXTRA:
             x_row = x_idx_ptr + row_start.to(tl.int64) * stride_xi_t
             acc, m_i, l_i = _attend_stream(
@@ -276,7 +267,7 @@ def _mla_sparse_decode_kernel(
                 stride_xb_b, stride_xb_l, stride_xb_s, stride_xr_b, stride_xr_l, stride_xr_s,
                 stride_xs_b, stride_xs_l, stride_xs_s, KV_LORA_RANK, ROPE_DIM, ROPE_OFF, X_G,
                 X_LAT_MODE, X_LAT_NG, X_LAT_GS, X_ROPE_MODE, X_ROPE_NG, X_ROPE_GS, SPLIT_QS, CD,
-                BLOCK_M, BLOCK_N, INTERPRET, IEEE, PREFETCH_INDICES, L1_INDICES, 256)
+                BLOCK_M, BLOCK_N, INTERPRET, IEEE, PREFETCH_INDICES)
 
         has = l_i > 0
         lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * LN2, float("-inf"))

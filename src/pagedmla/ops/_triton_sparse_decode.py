@@ -157,8 +157,7 @@ def sparse_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, sca
         FOLD=fold, HAS_EXTRA=has_extra, HAS_SINK=attn_sink is not None, Q_SCALED=q_fp8,
         SPLIT_QS=q_fp8 and rope_aware, SPLIT=splits > 1, SEARCH_STEPS=max(1, batch.bit_length()),
         CD=_TL_DTYPES[cd], BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, INTERPRET=interpret,
-        IEEE=cd == torch.float32, PREFETCH_INDICES=cfg.prefetch_indices, L1_INDICES=cfg.l1_indices,
-        num_warps=cfg.num_warps,
+        IEEE=cd == torch.float32, PREFETCH_INDICES=cfg.prefetch_indices, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages)
     if splits > 1:
         block_r, block_dv = combine_tile(cfg, splits, kv_lora_rank)
