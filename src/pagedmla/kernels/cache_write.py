@@ -1,5 +1,8 @@
 """Cache-write kernels: a GEMM whose epilogue scatters rows into the paged cache, RMS norm and rope in place.
 
+The GEMM has two launches: `_matmul_to_cache_kernel` (one program per tile or K piece of a tile, with narrower
+tail tiles) and `_matmul_to_cache_stream_kernel` (stream-K: equal spans of K blocks per program, for many rows).
+
 Every kernel addresses the row of new token t of sequence b at absolute position `L_b + t`:
 `blocks[lookup_table[b, pos // page_size], kv, layer, pos % page_size, head, :]`.
 """
