@@ -152,7 +152,7 @@ def _tile(block_n, block_k=16, **kwargs):
     # mid-K, a row tile shared by up to 3 groups, TMA operands, K not a multiple of the K tile
     pytest.param(80, 48, _tile(32, tail_block_n=16, stream_workers=7), id="80x48-stream7-tail16"),
     pytest.param(80, 48, _tile(32, tail_block_n=16, stream_workers=40), id="80x48-stream40-tail16"),
-    pytest.param(112, 44, _tile(32, tail_block_n=16, stream_workers=5), id="112x44-stream5-tail16"),
+    pytest.param(112, 44, _tile(32, tail_block_n=16, stream_workers=9), id="112x44-stream9-tail16"),
     pytest.param(144, 40, _tile(64, tail_block_n=32, stream_workers=6), id="144x40-stream6-tail32-masked"),
     pytest.param(48, 48, _tile(64, stream_workers=3), id="48x48-stream3-narrow"),
     pytest.param(80, 48, dataclasses.replace(_TMA, block_k=16, tail_block_n=16, stream_workers=9),
@@ -174,6 +174,41 @@ def test_k_matmul_split_any_arrival_order(shuffled_grid, head_size, in_features,
     _check_blocks(pb.kv.blocks, ref.blocks)
 
 
+# 103 new rows in 7 row tiles of 16: spans longer than a row tile's K blocks (a group finishes one row tile,
+# runs whole ones and starts the next), with and without the second column part, TMA and pointer operands
+_STREAM_LENGTHS = ([0, 5, 17, 3], [40, 1, 33, 29])
+
+
+@pytest.mark.parametrize("head_size,in_features,config", [
+    pytest.param(80, 44, _tile(32, tail_block_n=16, stream_workers=6), id="80x44-stream6-tail16"),
+    pytest.param(80, 48, dataclasses.replace(_TMA, block_k=16, tail_block_n=16, stream_workers=6),
+                 id="80x48-tma-stream6-tail16"),
+    pytest.param(80, 40, dataclasses.replace(_TMA, block_k=16, tail_block_n=16, stream_workers=6),
+                 id="80x40-tma-stream6-tail16-partial-k"),
+    pytest.param(48, 40, _tile(32, stream_workers=4), id="48x40-stream4-one-part"),
+    pytest.param(48, 40, dataclasses.replace(_TMA, block_k=16, stream_workers=4), id="48x40-tma-stream4-one-part"),
+    pytest.param(144, 48, dataclasses.replace(_TMA, block_n=64, block_k=16, tail_block_n=32, stream_workers=4),
+                 id="144x48-tma-stream4-masked-column-tile"),
+])
+@pytest.mark.parametrize("order", ["in-order", "shuffled"])
+def test_k_matmul_stream_k_long_spans(request, order, head_size, in_features, config):
+    """Stream-K groups whose spans cover more than one row tile, run in program order and in three shuffled
+    orders: every row tile shared by two groups is summed whole whichever group finishes last."""
+    shuffles = request.getfixturevalue("shuffled_grid") if order == "shuffled" else None
+    x = _randn(103, in_features)
+    w = _randn(head_size, in_features, seed=2, scale=0.2)
+    for _ in range(3 if shuffles is not None else 1):
+        pb = _batch(16, head_size=head_size, lengths=_STREAM_LENGTHS)
+        assert pb.num_rows == 103
+        ref = _twin(pb)
+        kv = pb.kv
+        _triton_cache_write.k_matmul_ragged_paged(x, pb.input_row_offsets, w, kv.blocks, kv.cache_lengths,
+                                                  kv.lookup_table, 1, config)
+        ops.k_matmul_ragged_paged(x, pb.input_row_offsets, w, ref, 1, backend="reference")
+        _check_blocks(pb.kv.blocks, ref.blocks)
+    assert shuffles is None or len(shuffles) == 3
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(block_m=24), "block_m: expected a power of two >= 16, got 24"),
     (dict(split_k=0), "split_k: expected >= 1, got 0"),
@@ -187,10 +222,12 @@ def test_matmul_config_errors(kwargs, match):
 
 
 @pytest.mark.parametrize("rows,out_features,stream", [(16384, 576, True), (20000, 576, True), (8192, 576, False),
-                                                    (16384, 2048, False), (16384, 384, True)])
+                                                    (16384, 2048, False), (16384, 384, True),
+                                                    (16384, 192 * 33, True), (16384, 192 * 34, False)])
 def test_matmul_heuristic_stream_k(rows, out_features, stream):
-    """Stream-K from STREAM_MIN_ROWS rows, for output widths that 192-column tiles cover exactly, with one
-    program per SM; never in the interpreter (tests name stream configs themselves)."""
+    """Stream-K from STREAM_MIN_ROWS rows, for output widths that 192-column tiles cover exactly and that leave
+    at least four groups (33 tiles on 132 SMs), with one program per SM; never in the interpreter (tests name
+    stream configs themselves)."""
     cfg = matmul_to_cache_heuristic(rows, out_features, 7168, num_sms=132)
     assert (cfg.stream_workers > 0) == stream
     if stream:
@@ -340,6 +377,8 @@ def _gpu_batch(page_size, dtype=torch.bfloat16, fill=False):
                                                                  num_stages=4, tma=True, tail_block_n=64,
                                                                  stream_workers=132), id="ps64-tma-stream132"),
                             pytest.param(64, _BIG_BATCH, id="ps64-16384-rows-heuristic-stream"),
+                            pytest.param(64, MatmulToCacheConfig(block_n=64, tma=True, stream_workers=132),
+                                         id="ps64-tma-stream132-one-part"),
                             pytest.param(1, MatmulToCacheConfig(stream_workers=7), id="ps1-stream7"),
                             pytest.param(128, MatmulToCacheConfig(split_k=5, tail_block_n=32, tail_split_k=3),
                                          id="ps128-split5-no-tail")])

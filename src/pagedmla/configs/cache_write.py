@@ -84,14 +84,16 @@ def matmul_to_cache_heuristic(num_rows: int, out_features: int, in_features: int
     edges, and no splits (the tests name split configs themselves).
 
     From STREAM_MIN_ROWS rows, an output width that 128 + 64 column tiles cover exactly (DeepSeek's 576) takes
-    stream-K (`stream_workers`): H200, graph-timed, 7168 -> 576, two alternating runs each
+    stream-K (`stream_workers`), as long as those tiles leave at least four groups of programs (wider outputs
+    would run few groups, each through many row tiles): H200, graph-timed, 7168 -> 576, two alternating runs each
     (`benchmarks/results/session-7/k_matmul-stream-c369f9e.txt`): 16384 rows 240.8 / 240.8 us against 254.2 /
     256.4 us; 8192 rows 159.3 / 125.6 against 144.3 / 134.5 (and 128.0 against 133.5 in an earlier run: mixed);
     4096 rows 70.0 / 68.4 against 65.1 / 63.0 (slower).
     """
     if interpret:
         return MatmulToCacheConfig(block_m=16, block_n=32, block_k=32, group_m=2, num_warps=1, num_stages=1)
-    if num_rows >= STREAM_MIN_ROWS and out_features % (128 + 64) == 0:
+    stream_tiles = out_features // (128 + 64)
+    if num_rows >= STREAM_MIN_ROWS and out_features % (128 + 64) == 0 and stream_tiles <= num_sms // 4:
         return MatmulToCacheConfig(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=4,
                                    tma=True, tail_block_n=64, stream_workers=num_sms)
     if num_rows <= 64:

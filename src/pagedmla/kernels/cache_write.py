@@ -189,7 +189,7 @@ def _wide_k_step(acc, acc2, x, w, w2, row0, col0, k, x_rows, w_rows, w2_rows, K:
             acc2 = dot(a, w2.load([col0 + BN, k]).T, acc2, INTERPRET, IEEE)
     else:
         rk = k + tl.arange(0, BLOCK_K)
-        k_ok = rk < K
+        k_ok = (rk < K) | (K % BLOCK_K == 0)  # all true (no mask) when K blocks are whole
         a = tl.load(x + x_rows[:, None] + rk[None, :], mask=k_ok[None, :], other=0.0)
         acc = dot(a, tl.load(w + w_rows[None, :] + rk[:, None], mask=k_ok[:, None], other=0.0), acc, INTERPRET, IEEE)
         if BN2 > 0:
@@ -232,9 +232,9 @@ def _stream_row_tile(
     K blocks), over the units from u to the row tile's end or `hi`. Returns the unit after them.
 
     The groups that share a row tile are consecutive; for each column tile, each group's program stores its
-    float32 partial in the tile's slot (`max_pieces` pieces) and the last to arrive sums them in piece order and
-    stores, so the result does not depend on the order of arrival. A part that covers the whole row tile is
-    stored at once.
+    float32 partial in the tile's slot (`max_pieces` pieces; slots are numbered by the row tile's first group
+    and column tile) and the last to arrive sums them in piece order and stores, so the result does not depend on
+    the order of arrival. A part that covers the whole row tile is stored at once.
     """
     k_blocks: tl.constexpr = (K + BLOCK_K - 1) // BLOCK_K
     row_tile = u // k_blocks
@@ -257,7 +257,8 @@ def _stream_row_tile(
     store = num_pieces == 1
     if num_pieces > 1:
         SLOT: tl.constexpr = BLOCK_M * (BN + BN2)
-        slot = row_tile * num_col_tiles + col_tile
+        # a shared row tile is the only one shared that starts in its first group's span: one slot per group
+        slot = first_group * num_col_tiles + col_tile
         base = partial_ptr + slot.to(tl.int64) * max_pieces * SLOT
         offs = tl.arange(0, BLOCK_M)[:, None] * BN + tl.arange(0, BN)[None, :]
         piece = u // per_group - first_group

@@ -111,10 +111,15 @@ def _launch_stream(cfg: MatmulToCacheConfig, hidden_state, input_row_offsets, we
     groups = triton.cdiv(total, per_group)
     # the most groups one row tile can be shared by: a span of k_blocks units meets at most this many
     max_pieces = (k_blocks - 1) // per_group + 2
-    tiles = triton.cdiv(num_rows, cfg.block_m) * num_col_tiles
-    partials = torch.empty(tiles * max_pieces * cfg.block_m * (cfg.block_n + bn2), dtype=torch.float32,
-                           device=hidden_state.device)
-    counters = torch.zeros(tiles, dtype=torch.int32, device=hidden_state.device)
+    device = hidden_state.device
+    if groups > 1:  # partials and arrival counters of shared row tiles: one slot per (first group, column tile)
+        slots = groups * num_col_tiles
+        partials = torch.empty(slots * max_pieces * cfg.block_m * (cfg.block_n + bn2), dtype=torch.float32,
+                               device=device)
+        counters = torch.zeros(slots, dtype=torch.int32, device=device)
+    else:  # one group shares no row tile: never touched
+        partials = torch.empty(1, dtype=torch.float32, device=device)
+        counters = torch.empty(1, dtype=torch.int32, device=device)
     x, w, w2, use_tma = _operands(cfg, hidden_state, weight, bn2)
     _matmul_to_cache_stream_kernel[(groups * num_col_tiles,)](
         x, w, w2, blocks, input_row_offsets, cache_lengths, lookup_table, partials, counters,
