@@ -1,13 +1,11 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one, the final code after review (stream-K slots per group, smaller
-# workspace, wider-output gate): the cache-write gpu tier, then the harness's cache-write suite at 4096 and
-# 16384 rows.
+# One device call (edit per session). This one: the sparse FP8 64-row tiles at 2 stages (the heuristic since
+# 056ed76, measured on the rope-aware cache with a bf16 q) against 3 stages for the other FP8 layouts: a
+# 64-column-group FP8 cache with a bf16 q, and the rope-aware cache with an FP8 q.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_cache_write_triton.py > "$OUT/gpu-tests.txt" 2>&1
-tail -2 "$OUT/gpu-tests.txt"; grep -E "^FAILED" "$OUT/gpu-tests.txt" | head -10
-timeout 120 python3 -m pagedmla.cli bench cache-write --batch 1 --keys 4096 16384 --no-reference --commit "$COMMIT" \
-  --json "$OUT/bench-cache-write.json" > "$OUT/bench-cache-write.txt" 2>&1
-grep -E "^ceilings|^cache-write" "$OUT/bench-cache-write.txt" | cut -c1-130
+timeout 200 python3 benchmarks/sparse_probe.py --out "$OUT" --sweep --cases H128-fp8g64kv-bf16q,H128-rope-fp8kv-fp8q \
+  --batch 64 --tokens 8192 --budget-s 150 > "$OUT/sparse-fp8-stages.txt" 2>&1
+grep -vE "^\{" "$OUT/sparse-fp8-stages.txt" | cut -c1-130 | tail -14
