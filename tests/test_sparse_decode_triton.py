@@ -420,6 +420,20 @@ def test_forced_configs_and_splits(block_m, prefetch):
         assert_close(lse, r["want_lse"], atol=2e-5, rtol=1e-5, name=f"lse splits={splits}")
 
 
+@pytest.mark.parametrize("cache_dtype,rope_aware,stages", [(FP8, True, 2), (FP8, False, 3),
+                                                          (torch.bfloat16, False, 3)],
+                         ids=["rope-aware-fp8", "grouped-fp8", "bf16"])
+def test_heuristic_64_row_stages(cache_dtype, rope_aware, stages):
+    """64-row tiles (128 heads) take 2 pipeline stages on the rope-aware FP8 row and 3 otherwise (the faster of
+    the two on an H200 for each layout); 16-row tiles keep 3."""
+    from pagedmla.configs.sparse_decode import heuristic
+
+    kw = dict(num_groups=128, topk=2048, q_dtype=torch.bfloat16, cache_dtype=cache_dtype,
+              compute_dtype=torch.bfloat16, num_sms=132, rope_aware=rope_aware)
+    assert heuristic(rows_per_group=128, **kw).num_stages == stages
+    assert heuristic(rows_per_group=16, **kw).num_stages == 3
+
+
 def test_combine_tile_bounds_registers():
     """The 4 x 512 combine tile (timed at 2 splits) only while all splits' partials stay within 8K elements;
     more splits take 8 x 128 tiles, which do not spill."""

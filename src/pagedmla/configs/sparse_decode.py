@@ -69,12 +69,13 @@ def splits_for(*, programs: int, index_blocks: int, block_m: int, num_sms: int) 
 
 @functools.lru_cache(maxsize=4096)
 def heuristic(*, rows_per_group: int, num_groups: int, topk: int, q_dtype: torch.dtype, cache_dtype: torch.dtype,
-              compute_dtype: torch.dtype, num_sms: int, interpret: bool = False) -> SparseDecodeConfig:
+              compute_dtype: torch.dtype, num_sms: int, interpret: bool = False,
+              rope_aware: bool = False) -> SparseDecodeConfig:
     """Tiles for one call: the best configs of benchmarks/sparse_probe.py on H200 (register and shared-memory
     budgets checked with ptxas for sm_90a).
 
     64-row tiles use Hopper's warpgroup MMA: the `[64, kv_lora_rank]` float32 accumulator takes two warpgroups
-    (8 warps) at kv_lora_rank 512; 64 indices per block, two stages for an FP8 cache and three for bf16.
+    (8 warps) at kv_lora_rank 512; 64 indices per block, two stages for the rope-aware FP8 row, else three.
     16-row tiles: 4 warps, 32 indices, three stages; 32-row tiles: 8 warps, 64 indices, two stages. float32
     compute quadruples q's and the blocks' shared memory: at most 32 rows and 16 indices per block.
     """
@@ -86,10 +87,11 @@ def heuristic(*, rows_per_group: int, num_groups: int, topk: int, q_dtype: torch
     if compute_dtype == torch.float32:
         block_m, block_n, warps, stages = min(block_m, 32), 16, 8 if block_m >= 32 else 4, 2
     elif block_m >= 64:
-        # FP8 cache: 2 stages (no spill; 373.3 / 370.9 us against 382.5 / 380.3 us with 3, two H200 runs of
-        # sparse_probe at 128 heads, B64 q2 topk 2048); bf16 cache: 3 (not re-measured)
+        # the rope-aware FP8 row: 2 stages (no spill). sparse_probe, 128 heads, B64 q2 topk 2048, H200: bf16 q
+        # 373.3 / 370.9 us against 382.5 / 380.3 with 3 (two runs), FP8 q 474.8 against 494.1. An FP8 cache with
+        # 64-column scale groups keeps 3 (449.5 against 459.3 us with 2); bf16 caches 3 (not re-measured)
         block_n, warps = 64, 8
-        stages = 2 if cache_dtype == torch.float8_e4m3fn else 3
+        stages = 2 if rope_aware else 3
     elif block_m >= 32:
         block_n, warps, stages = 64, 8, 2
     else:

@@ -123,7 +123,7 @@ def sparse_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, sca
     topk, x_topk = indices.shape[1], x_idx.shape[1] if has_extra else 0
     cfg = config or heuristic(rows_per_group=rows_per_group, num_groups=num_groups, topk=topk + x_topk,
                               q_dtype=q.dtype, cache_dtype=blocks.dtype, compute_dtype=cd,
-                              num_sms=_num_sms(q.device), interpret=interpret)
+                              num_sms=_num_sms(q.device), interpret=interpret, rope_aware=rope_aware)
     splits = _split_count(num_partitions, cfg.num_splits)
     num_tiles = triton.cdiv(rows_per_group, cfg.block_m)
     if splits > 1:
