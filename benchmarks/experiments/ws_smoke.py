@@ -3,9 +3,10 @@
     PYTHONPATH=src python3 benchmarks/experiments/ws_smoke.py            # runs every case with a timeout
     PYTHONPATH=src python3 benchmarks/experiments/ws_smoke.py CASE       # one case
 
-Cases: `plain` (a minimal TMA matmul, loop at the top level, plain store), `kmatmul` (the package's k_matmul,
-main tiles warp-specialized, tail tiles in a second launch), `kmatmul-split` (the same with K split 3 ways).
-Each checks against float32 and prints its time.
+Case `plain`: a minimal TMA matmul, its K loop at the top level with `warp_specialize=True`, a plain store;
+checked against float32 and timed. On the H200 with Triton 3.6 it hung (BENCHMARKS.md, seventh session), as did
+the package's k_matmul with warp-specialized main tiles (`kmatmul`, `kmatmul-split` in
+`benchmarks/results/session-7/ws-smoke-317c7ea.txt`; that launch was reverted, so only `plain` remains here).
 """
 
 from __future__ import annotations
@@ -41,39 +42,15 @@ def run(case: str) -> None:
     x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     w = (torch.randn(576, k, device="cuda") / k ** 0.5).to(torch.bfloat16)
     want = x.float() @ w.float().T
-    if case == "plain":
-        c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        a_d = TensorDescriptor.from_tensor(x, [128, 64])
-        b_d = TensorDescriptor.from_tensor(w, [128, 64])
+    c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    a_d = TensorDescriptor.from_tensor(x, [128, 64])
+    b_d = TensorDescriptor.from_tensor(w, [128, 64])
 
-        def fn():
-            _plain_kernel[(m // 128 * n // 128,)](a_d, b_d, c, n, k, BM=128, BN=128, BK=64, num_warps=4,
-                                                  num_stages=4)
-        fn()
-        torch.cuda.synchronize()
-        err = float((c.float() - want[:, :n]).abs().max())
-    else:
-        from pagedmla.configs.cache_write import MatmulToCacheConfig
-        from pagedmla.ops import _triton_cache_write as tcw
-
-        split = 3 if case == "kmatmul-split" else 1
-        cfg = MatmulToCacheConfig(128, 128, 64, 8, 4, 4, tma=True, split_k=split, tail_block_n=64, tail_split_k=4,
-                                  warp_specialize=True)
-        batch, page = 4, 64
-        per = m // batch
-        pages = per // page
-        blocks = torch.full((batch * pages, 1, 1, page, 1, 576), float("nan"), device="cuda", dtype=torch.bfloat16)
-        table = torch.randperm(batch * pages, device="cuda").view(batch, pages).to(torch.int32)
-        offs = torch.arange(0, m + 1, per, device="cuda", dtype=torch.int32)
-        zeros = torch.zeros(batch, dtype=torch.int32, device="cuda")
-
-        def fn():
-            tcw.k_matmul_ragged_paged(x, offs, w, blocks, zeros, table, 0, cfg)
-        fn()
-        torch.cuda.synchronize()
-        pos = torch.arange(per, device="cuda")
-        rows = torch.cat([blocks[table[b, pos // page].long(), 0, 0, pos % page, 0] for b in range(batch)])
-        err = float((rows.float() - want).abs().max())
+    def fn():
+        _plain_kernel[(m // 128 * n // 128,)](a_d, b_d, c, n, k, BM=128, BN=128, BK=64, num_warps=4, num_stages=4)
+    fn()
+    torch.cuda.synchronize()
+    err = float((c.float() - want[:, :n]).abs().max())
     t = time_gpu(fn, use_cuda_graph=True)
     mm = time_gpu(lambda: torch.mm(x, w.t()), use_cuda_graph=True)
     print(f"{case}: max err {err:.3g}, {t.median_us:.1f} us; torch.mm 4096x7168->576 {mm.median_us:.1f} us",
@@ -84,9 +61,10 @@ def main() -> None:
     if len(sys.argv) > 1:
         run(sys.argv[1])
         return
-    for case in ("plain", "kmatmul", "kmatmul-split"):
+    for case in ("plain",):
         try:
-            res = subprocess.run([sys.executable, __file__, case], capture_output=True, text=True, timeout=60)
+            res = subprocess.run([sys.executable, __file__, case], capture_output=True, text=True, timeout=60,
+                                 check=False)
             print(res.stdout.strip() or f"{case}: rc {res.returncode} {res.stderr.strip()[-300:]}", flush=True)
         except subprocess.TimeoutExpired:
             print(f"{case}: TIMEOUT (60 s: hung)", flush=True)
