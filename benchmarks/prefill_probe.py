@@ -155,10 +155,16 @@ def graph_ms(fn) -> float:
     return perf.time_gpu(fn, use_cuda_graph=True).median_us * 1e-3
 
 
-def k_matmul_cases(sweep: bool, stream: bool = False, warps4: bool = False):
+def k_matmul_cases(sweep: bool, stream: bool = False, warps4: bool = False, wide: bool = False):
     big = MatmulToCacheConfig(128, 128, 64, 8, 8, 3, tma=True)  # the heuristic's tile from 1024 rows
     configs = {8192: [None], 4096: [None, big], 1024: [None, big], 256: [None, MatmulToCacheConfig()], 64: [None]}
-    if warps4:  # the heuristic's 4096-row tiles at 4 warps against 8, alternating three times
+    if wide:  # 128 x (128 + 16) column tiles (576 = 4 x 144), spans of whole row tiles with 128 workers
+        w144 = replace(big, tail_block_n=16, stream_workers=128, num_stages=4)
+        w144_132 = replace(w144, stream_workers=132)
+        configs = {4096: [None, w144, w144_132, replace(w144, num_stages=3), replace(w144, num_stages=5), None, w144,
+                          w144_132],
+                   8192: [None, w144, None, w144], 16384: [None, w144, None, w144]}
+    elif warps4:  # the heuristic's 4096-row tiles at 4 warps against 8, alternating three times
         heur = replace(big, tail_block_n=64, tail_split_k=2)
         configs = {4096: [None, replace(heur, num_warps=4)] * 3}
     elif stream:  # stream-K in groups of three 128 + 64 column tiles, one program per SM; each config twice
@@ -298,6 +304,7 @@ def main() -> None:
                              "harness's timer, instead of do_bench's flushed single calls")
     parser.add_argument("--only", default="", help="comma-separated subset: prefill,decompress,k_matmul,rows")
     parser.add_argument("--stream", action="store_true", help="k_matmul: time stream-K configs instead")
+    parser.add_argument("--wide", action="store_true", help="k_matmul: time 128 x 144 column tiles instead")
     parser.add_argument("--warps4", action="store_true", help="k_matmul: 4096 rows at 4 warps against 8, three times")
     parser.add_argument("--stress", action="store_true", help="also check k_matmul on adversarial caches")
     parser.add_argument("--config", action="append", default=[],
@@ -313,7 +320,7 @@ def main() -> None:
             print(f"FAILED stress: {exc!r}"[:400], flush=True)
             traceback.print_exc(limit=3)
     families = {"prefill": prefill_cases, "decompress": decompress_cases,
-                "k_matmul": lambda sweep: k_matmul_cases(sweep, args.stream, args.warps4),
+                "k_matmul": lambda sweep: k_matmul_cases(sweep, args.stream, args.warps4, args.wide),
                 "rows": row_cases}
     chosen = [f for f in families if not args.only or f in args.only.split(",")]
     cases = []

@@ -187,6 +187,10 @@ _STREAM_LENGTHS = ([0, 5, 17, 3], [40, 1, 33, 29])
                  id="80x40-tma-stream6-tail16-partial-k"),
     pytest.param(48, 40, _tile(32, stream_workers=4), id="48x40-stream4-one-part"),
     pytest.param(48, 40, dataclasses.replace(_TMA, block_k=16, stream_workers=4), id="48x40-tma-stream4-one-part"),
+    # spans of exactly two / one whole row tiles (3 K blocks each): no row tile shared, no workspace
+    pytest.param(80, 48, _tile(32, tail_block_n=16, stream_workers=8), id="80x48-stream8-whole-row-tiles"),
+    pytest.param(80, 48, dataclasses.replace(_TMA, block_k=16, tail_block_n=16, stream_workers=14),
+                 id="80x48-tma-stream14-whole-row-tiles"),
     pytest.param(144, 48, dataclasses.replace(_TMA, block_n=64, block_k=16, tail_block_n=32, stream_workers=4),
                  id="144x48-tma-stream4-masked-column-tile"),
 ])

@@ -112,12 +112,14 @@ def _launch_stream(cfg: MatmulToCacheConfig, hidden_state, input_row_offsets, we
     # the most groups one row tile can be shared by: a span of k_blocks units meets at most this many
     max_pieces = (k_blocks - 1) // per_group + 2
     device = hidden_state.device
-    if groups > 1:  # partials and arrival counters of shared row tiles: one slot per (first group, column tile)
+    # spans of whole row tiles share none (no partials); else partials and arrival counters of the shared row
+    # tiles, one slot per (first group, column tile)
+    if groups > 1 and per_group % k_blocks:
         slots = groups * num_col_tiles
         partials = torch.empty(slots * max_pieces * cfg.block_m * (cfg.block_n + bn2), dtype=torch.float32,
                                device=device)
         counters = torch.zeros(slots, dtype=torch.int32, device=device)
-    else:  # one group shares no row tile: never touched
+    else:  # never touched
         partials = torch.empty(1, dtype=torch.float32, device=device)
         counters = torch.empty(1, dtype=torch.int32, device=device)
     x, w, w2, use_tma = _operands(cfg, hidden_state, weight, bn2)
