@@ -155,7 +155,8 @@ def graph_ms(fn) -> float:
     return perf.time_gpu(fn, use_cuda_graph=True).median_us * 1e-3
 
 
-def k_matmul_cases(sweep: bool, stream: bool = False, warps4: bool = False, wide: bool = False):
+def k_matmul_cases(sweep: bool, stream: bool = False, warps4: bool = False, wide: bool = False,
+                   n512: bool = False):
     big = MatmulToCacheConfig(128, 128, 64, 8, 8, 3, tma=True)  # the heuristic's tile from 1024 rows
     configs = {8192: [None], 4096: [None, big], 1024: [None, big], 256: [None, MatmulToCacheConfig()], 64: [None]}
     if wide:  # 128 x (128 + 16) column tiles (576 = 4 x 144), spans of whole row tiles with 128 workers
@@ -164,6 +165,8 @@ def k_matmul_cases(sweep: bool, stream: bool = False, warps4: bool = False, wide
         configs = {4096: [None, w144, w144_132, replace(w144, num_stages=3), replace(w144, num_stages=5), None, w144,
                           w144_132],
                    8192: [None, w144, None, w144], 16384: [None, w144, None, w144]}
+    elif n512:  # 4096 rows into 512 columns (128 whole 128 x 128 tiles, no tail) and into 576, for the tile rate
+        configs = {4096: [None, replace(big, num_warps=4, num_stages=4), None]}
     elif warps4:  # the heuristic's 4096-row tiles at 4 warps against 8, alternating three times
         heur = replace(big, tail_block_n=64, tail_split_k=2)
         configs = {4096: [None, replace(heur, num_warps=4)] * 3}
@@ -186,17 +189,17 @@ def k_matmul_cases(sweep: bool, stream: bool = False, warps4: bool = False, wide
             MatmulToCacheConfig(tma=True, split_k=7), MatmulToCacheConfig(num_stages=3, split_k=7)]
         configs[64] += [MatmulToCacheConfig(64, 64, 128, 1, 4, 4, split_k=s) for s in (1, 4, 14)] + [
             MatmulToCacheConfig(64, 64, 64, 1, 4, 4, split_k=8)]
-    for tokens in configs:
+    for tokens, width in [(t, w) for t in configs for w in ((512, 576) if n512 else (576,))]:
         gen = torch.Generator().manual_seed(tokens)
         batch = 4
-        blocks, table = _paged(batch, tokens // batch, gen)
+        blocks, table = _paged(batch, tokens // batch, gen, head_size=width)
         offs = _offsets(batch, tokens // batch)
         zeros = torch.zeros(batch, dtype=torch.int32, device="cuda")
         x = torch.randn(tokens, 7168, generator=gen).to(BF16).cuda()
-        w = (torch.randn(576, 7168, generator=gen) / math.sqrt(7168)).to(BF16).cuda()
-        c = torch.empty(tokens, 576, dtype=BF16, device="cuda")
-        flops = 2 * tokens * 7168 * 576
-        name = f"k_matmul {tokens}x7168->576"
+        w = (torch.randn(width, 7168, generator=gen) / math.sqrt(7168)).to(BF16).cuda()
+        c = torch.empty(tokens, width, dtype=BF16, device="cuda")
+        flops = 2 * tokens * 7168 * width
+        name = f"k_matmul {tokens}x7168->{width}"
 
         def matmul(x=x, w=w, c=c):
             return torch.mm(x, w.t(), out=c)
@@ -305,6 +308,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated subset: prefill,decompress,k_matmul,rows")
     parser.add_argument("--stream", action="store_true", help="k_matmul: time stream-K configs instead")
     parser.add_argument("--wide", action="store_true", help="k_matmul: time 128 x 144 column tiles instead")
+    parser.add_argument("--n512", action="store_true", help="k_matmul: 4096 rows into 512 and 576 columns")
     parser.add_argument("--warps4", action="store_true", help="k_matmul: 4096 rows at 4 warps against 8, three times")
     parser.add_argument("--stress", action="store_true", help="also check k_matmul on adversarial caches")
     parser.add_argument("--config", action="append", default=[],
@@ -320,7 +324,7 @@ def main() -> None:
             print(f"FAILED stress: {exc!r}"[:400], flush=True)
             traceback.print_exc(limit=3)
     families = {"prefill": prefill_cases, "decompress": decompress_cases,
-                "k_matmul": lambda sweep: k_matmul_cases(sweep, args.stream, args.warps4, args.wide),
+                "k_matmul": lambda sweep: k_matmul_cases(sweep, args.stream, args.warps4, args.wide, args.n512),
                 "rows": row_cases}
     chosen = [f for f in families if not args.only or f in args.only.split(",")]
     cases = []
