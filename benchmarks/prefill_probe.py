@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.testing
 
-from pagedmla.configs.cache_write import MatmulToCacheConfig
+from pagedmla.configs.cache_write import MatmulToCacheConfig, matmul_to_cache_heuristic
 from pagedmla.configs.prefill import DecompressConfig, PrefillConfig
 from pagedmla.ops import _triton_cache_write as tcw
 from pagedmla.ops import _triton_prefill as tpf
@@ -156,7 +156,7 @@ def graph_ms(fn) -> float:
 
 
 def k_matmul_cases(sweep: bool, stream: bool = False, warps4: bool = False, wide: bool = False,
-                   n512: bool = False):
+                   n512: bool = False, w4s4: bool = False):
     big = MatmulToCacheConfig(128, 128, 64, 8, 8, 3, tma=True)  # the heuristic's tile from 1024 rows
     configs = {8192: [None], 4096: [None, big], 1024: [None, big], 256: [None, MatmulToCacheConfig()], 64: [None]}
     if wide:  # 128 x (128 + 16) column tiles (576 = 4 x 144), spans of whole row tiles with 128 workers
@@ -165,6 +165,16 @@ def k_matmul_cases(sweep: bool, stream: bool = False, warps4: bool = False, wide
         configs = {4096: [None, w144, w144_132, replace(w144, num_stages=3), replace(w144, num_stages=5), None, w144,
                           w144_132],
                    8192: [None, w144, None, w144], 16384: [None, w144, None, w144]}
+    elif w4s4:  # 4 warps, 4 stages (one warpgroup per 128 x 128 tile) with tails split several ways
+        def heur(rows, **kw):
+            return replace(matmul_to_cache_heuristic(rows, 576, 7168), num_warps=4, num_stages=4, **kw)
+        configs = {4096: [None, heur(4096), heur(4096, tail_split_k=4), heur(4096, tail_split_k=8),
+                          heur(4096, num_stages=3), heur(4096, num_stages=3, tail_split_k=4), None,
+                          heur(4096, tail_split_k=4)],
+                   1024: [None, heur(1024), None],
+                   8192: [None, heur(8192), heur(8192, tail_split_k=4), None],
+                   16384: [None, heur(16384, stream_workers=0, tail_block_n=64, tail_split_k=2),
+                           heur(16384, stream_workers=0, tail_block_n=64, tail_split_k=4), None]}
     elif n512:  # 4096 rows into 512 columns (128 whole 128 x 128 tiles, no tail) and into 576, for the tile rate
         configs = {4096: [None, replace(big, num_warps=4, num_stages=4), None]}
     elif warps4:  # the heuristic's 4096-row tiles at 4 warps against 8, alternating three times
@@ -309,6 +319,7 @@ def main() -> None:
     parser.add_argument("--stream", action="store_true", help="k_matmul: time stream-K configs instead")
     parser.add_argument("--wide", action="store_true", help="k_matmul: time 128 x 144 column tiles instead")
     parser.add_argument("--n512", action="store_true", help="k_matmul: 4096 rows into 512 and 576 columns")
+    parser.add_argument("--w4s4", action="store_true", help="k_matmul: 4-warp 4-stage tiles against the heuristic")
     parser.add_argument("--warps4", action="store_true", help="k_matmul: 4096 rows at 4 warps against 8, three times")
     parser.add_argument("--stress", action="store_true", help="also check k_matmul on adversarial caches")
     parser.add_argument("--config", action="append", default=[],
@@ -324,7 +335,8 @@ def main() -> None:
             print(f"FAILED stress: {exc!r}"[:400], flush=True)
             traceback.print_exc(limit=3)
     families = {"prefill": prefill_cases, "decompress": decompress_cases,
-                "k_matmul": lambda sweep: k_matmul_cases(sweep, args.stream, args.warps4, args.wide, args.n512),
+                "k_matmul": lambda sweep: k_matmul_cases(sweep, args.stream, args.warps4, args.wide, args.n512,
+                                                                 args.w4s4),
                 "rows": row_cases}
     chosen = [f for f in families if not args.only or f in args.only.split(",")]
     cases = []
