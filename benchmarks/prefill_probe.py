@@ -167,7 +167,7 @@ def k_matmul_cases(sweep: bool, stream: bool = False, warps4: bool = False, wide
                    8192: [None, w144, None, w144], 16384: [None, w144, None, w144]}
     elif w4s4:  # 4 warps, 4 stages (one warpgroup per 128 x 128 tile) with tails split several ways
         def heur(rows, **kw):
-            return replace(matmul_to_cache_heuristic(rows, 576, 7168), num_warps=4, num_stages=4, **kw)
+            return replace(matmul_to_cache_heuristic(rows, 576, 7168), **{"num_warps": 4, "num_stages": 4, **kw})
         configs = {4096: [None, heur(4096), heur(4096, tail_split_k=4), heur(4096, tail_split_k=8),
                           heur(4096, num_stages=3), heur(4096, num_stages=3, tail_split_k=4), None,
                           heur(4096, tail_split_k=4)],
