@@ -165,16 +165,14 @@ def k_matmul_cases(sweep: bool, stream: bool = False, warps4: bool = False, wide
         configs = {4096: [None, w144, w144_132, replace(w144, num_stages=3), replace(w144, num_stages=5), None, w144,
                           w144_132],
                    8192: [None, w144, None, w144], 16384: [None, w144, None, w144]}
-    elif w4s4:  # 4 warps, 4 stages (one warpgroup per 128 x 128 tile) with tails split several ways
-        def heur(rows, **kw):
-            return replace(matmul_to_cache_heuristic(rows, 576, 7168), **{"num_warps": 4, "num_stages": 4, **kw})
-        configs = {4096: [None, heur(4096), heur(4096, tail_split_k=4), heur(4096, tail_split_k=8),
-                          heur(4096, num_stages=3), heur(4096, num_stages=3, tail_split_k=4), None,
-                          heur(4096, tail_split_k=4)],
-                   1024: [None, heur(1024), None],
-                   8192: [None, heur(8192), heur(8192, tail_split_k=4), None],
-                   16384: [None, heur(16384, stream_workers=0, tail_block_n=64, tail_split_k=2),
-                           heur(16384, stream_workers=0, tail_block_n=64, tail_split_k=4), None]}
+    elif w4s4:  # the tail tile's K pieces in the main programs, 4 or 8 warps, against the heuristic
+        def tim(**kw):
+            return MatmulToCacheConfig(**{**dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=4,
+                                                 num_stages=4, tma=True, tail_block_n=64, tail_in_main=True), **kw})
+        configs = {4096: [None, tim(), tim(num_stages=3), tim(num_warps=8, num_stages=3), tim(num_stages=5), None,
+                          tim()],
+                   8192: [None, tim(), None, tim()],
+                   16384: [None, tim(), None, tim()]}
     elif n512:  # 4096 rows into 512 columns (128 whole 128 x 128 tiles, no tail) and into 576, for the tile rate
         configs = {4096: [None, replace(big, num_warps=4, num_stages=4), None]}
     elif warps4:  # the heuristic's 4096-row tiles at 4 warps against 8, alternating three times
@@ -319,7 +317,7 @@ def main() -> None:
     parser.add_argument("--stream", action="store_true", help="k_matmul: time stream-K configs instead")
     parser.add_argument("--wide", action="store_true", help="k_matmul: time 128 x 144 column tiles instead")
     parser.add_argument("--n512", action="store_true", help="k_matmul: 4096 rows into 512 and 576 columns")
-    parser.add_argument("--w4s4", action="store_true", help="k_matmul: 4-warp 4-stage tiles against the heuristic")
+    parser.add_argument("--w4s4", action="store_true", help="k_matmul: tail pieces in the main programs (tail_in_main)")
     parser.add_argument("--warps4", action="store_true", help="k_matmul: 4096 rows at 4 warps against 8, three times")
     parser.add_argument("--stress", action="store_true", help="also check k_matmul on adversarial caches")
     parser.add_argument("--config", action="append", default=[],

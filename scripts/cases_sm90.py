@@ -205,7 +205,7 @@ CASES.update({f"split-dv-m{m}-n{n}-w{w}-s{s}-d{d}": partial(split_dv, m, n, w, s
 
 
 def k_matmul(block_m: int, block_n: int, block_k: int, warps: int, stages: int, split: int, tail_n: int,
-             tail_split: int, stream: bool = False):
+             tail_split: int, stream: bool = False, tail_in_main: bool = False):
     """The projection GEMM into the cache, TMA-fed (DeepSeek's 7168 -> 576 K row, bf16); `stream`: the stream-K
     kernel (split and tail_split unused)."""
     from pagedmla.kernels.cache_write import _matmul_to_cache_kernel, _matmul_to_cache_stream_kernel
@@ -220,10 +220,11 @@ def k_matmul(block_m: int, block_n: int, block_k: int, warps: int, stages: int, 
         const["BN2"] = tail_n
         types["w2"] = types.pop("w_tail")
         return _matmul_to_cache_stream_kernel, types, const, warps, stages
-    const.update(GROUP_M=8, SPLIT_K=split, TAIL_SPLIT_K=tail_split)
+    const.update(GROUP_M=8, SPLIT_K=split, TAIL_SPLIT_K=tail_split, TAIL_IN_MAIN=tail_in_main)
     return _matmul_to_cache_kernel, types, const, warps, stages
 
 
 CASES.update({"k-matmul-heuristic-4096": partial(k_matmul, 128, 128, 64, 8, 3, 1, 64, 2),
+              "k-matmul-tail-in-main-w4-s4": partial(k_matmul, 128, 128, 64, 4, 4, 1, 64, 4, tail_in_main=True),
               "k-matmul-stream-s3": partial(k_matmul, 128, 128, 64, 8, 3, 1, 64, 1, True),
               "k-matmul-stream-s4": partial(k_matmul, 128, 128, 64, 8, 4, 1, 64, 1, True)})

@@ -148,6 +148,15 @@ def _tile(block_n, block_k=16, **kwargs):
     # fewer columns than one tile: no tail tiles, the split tile masks its columns
     pytest.param(48, 48, _tile(64, split_k=3, tail_block_n=16, tail_split_k=2), id="48x48-narrow"),
     pytest.param(80, 48, dataclasses.replace(_TMA_SPLIT, split_k=3), id="80x48-tma-split3-tail"),
+    # the tail tile's K pieces run by the main programs of its row tile: 2, 3 and 4 pieces (one empty), TMA
+    # operands, and leftover columns wider than one tail tile (falls back to tail programs)
+    pytest.param(80, 48, _tile(32, tail_block_n=16, tail_in_main=True), id="80x48-tail-in-main"),
+    pytest.param(112, 44, _tile(32, tail_block_n=16, tail_in_main=True), id="112x44-tail-in-main-3"),
+    pytest.param(144, 40, _tile(32, block_k=16, tail_block_n=16, tail_in_main=True), id="144x40-tail-in-main-4"),
+    pytest.param(80, 48, dataclasses.replace(_TMA, block_k=16, tail_block_n=16, tail_in_main=True),
+                 id="80x48-tma-tail-in-main"),
+    pytest.param(120, 40, _tile(32, tail_block_n=16, tail_split_k=2, tail_in_main=True),
+                 id="120x40-tail-in-main-two-tails"),
     # stream-K in groups: column tiles of block_n + tail_block_n (the last one masked), spans that cut row tiles
     # mid-K, a row tile shared by up to 3 groups, TMA operands, K not a multiple of the K tile
     pytest.param(80, 48, _tile(32, tail_block_n=16, stream_workers=7), id="80x48-stream7-tail16"),

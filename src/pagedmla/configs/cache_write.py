@@ -23,6 +23,12 @@ class MatmulToCacheConfig:
     columns then cost about one extra wave's `tail_block_n / block_n / tail_split_k`, instead of a whole
     second wave of `block_n` tiles.
 
+    `tail_in_main` (with `tail_block_n`, unsplit main tiles, and leftover columns that one tail tile covers): no
+    tail programs; each main tile's program then also runs one K piece of its row tile's tail tile (the tail
+    tile splits into as many pieces as there are main column tiles; `tail_split_k` is then unused), so the
+    leftover columns lengthen every program a little instead of taking a wave of their own. Other shapes
+    ignore it.
+
     `stream_workers` (0: off) switches to stream-K in groups (`_matmul_to_cache_stream_kernel`): column tiles of
     `block_n + tail_block_n` columns (two MMAs sharing each block of x: 128 + 64 makes DeepSeek's 576 three
     tiles), one program per column tile in each group, `stream_workers // column tiles` groups, each taking an
@@ -41,6 +47,7 @@ class MatmulToCacheConfig:
     tail_block_n: int = 0
     tail_split_k: int = 1
     stream_workers: int = 0
+    tail_in_main: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "block_k"):

@@ -121,7 +121,7 @@ def _matmul_to_cache_kernel(
     stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h,
     K: tl.constexpr, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    SPLIT_K: tl.constexpr, TAIL_N: tl.constexpr, TAIL_SPLIT_K: tl.constexpr,
+    SPLIT_K: tl.constexpr, TAIL_N: tl.constexpr, TAIL_SPLIT_K: tl.constexpr, TAIL_IN_MAIN: tl.constexpr,
     USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """`C = x @ w.T` into the cache rows of its tokens; C is never stored anywhere else.
@@ -131,6 +131,10 @@ def _matmul_to_cache_kernel(
     full BLOCK_N column tile and the programs after them are the TAIL_SPLIT_K pieces of the `[BLOCK_M, TAIL_N]`
     tiles of the remaining columns (their weight descriptor is `w_tail`). The partials of split main tiles come
     first in `partial_ptr`, those of split tail tiles after them; `count_ptr` has one counter per split tile.
+
+    TAIL_IN_MAIN (unsplit main tiles, one tail tile per row tile, TAIL_SPLIT_K = the main column tiles): no
+    tail programs; the program of main tile (m, n) then runs K piece n of row tile m's tail tile, so the leftover
+    columns add a fraction of a tile to every program instead of a wave of their own.
 
     x and w are pointers, or with USE_TMA tensor descriptors of blocks [BLOCK_M, BLOCK_K] and [BLOCK_N, BLOCK_K]
     (TMA loads; out-of-bounds rows and columns read as zero).
@@ -163,6 +167,12 @@ def _matmul_to_cache_kernel(
                       stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
                       stride_blk_h, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K,
                       USE_TMA, IEEE, INTERPRET)
+        if TAIL_IN_MAIN:
+            _matmul_piece(x, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, tail_partials,
+                          tail_counts, pid_m, main_cols, pid_n, pid_m, num_rows, N, batch, layer_idx, page_size,
+                          stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l,
+                          stride_blk_s, stride_blk_h, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, TAIL_N, BLOCK_K,
+                          TAIL_SPLIT_K, USE_TMA, IEEE, INTERPRET)
     else:
         if TAIL_N > 0:
             tail_pid = pid - main_tiles * SPLIT_K

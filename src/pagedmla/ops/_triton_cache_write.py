@@ -63,6 +63,10 @@ def _matmul_to_cache(hidden_state, input_row_offsets, weight, blocks, cache_leng
     main_tiles = tiles_m * (out_features // cfg.block_n if tail_n else triton.cdiv(out_features, cfg.block_n))
     tail_tiles = tiles_m * triton.cdiv(rest, tail_n) if tail_n else 0
     split, tail_split = cfg.split_k, (cfg.tail_split_k if tail_n else 1)
+    # the tail tile of each row tile in pieces run by that row's main programs (one piece each)
+    tail_in_main = bool(cfg.tail_in_main and tail_n and split == 1 and rest <= tail_n)
+    if tail_in_main:
+        tail_split = out_features // cfg.block_n
     # float32 partial tiles and arrival counters of the split tiles (main, then tail); the counters start at zero
     # every call
     main_slots, tail_slots = (main_tiles if split > 1 else 0), (tail_tiles if tail_split > 1 else 0)
@@ -74,7 +78,7 @@ def _matmul_to_cache(hidden_state, input_row_offsets, weight, blocks, cache_leng
         partials = torch.empty(1, dtype=torch.float32, device=device)
         counters = torch.empty(1, dtype=torch.int32, device=device)
     x, w, w_tail, use_tma = _operands(cfg, hidden_state, weight, tail_n)
-    grid = (main_tiles * split + tail_tiles * tail_split,)
+    grid = (main_tiles * split + (0 if tail_in_main else tail_tiles * tail_split),)
     _matmul_to_cache_kernel[grid](
         x, w, w_tail, blocks, input_row_offsets, cache_lengths, lookup_table, partials, counters,
         num_rows, out_features, batch, layer_idx, blocks.shape[3],
@@ -82,7 +86,7 @@ def _matmul_to_cache(hidden_state, input_row_offsets, weight, blocks, cache_leng
         blocks.stride(0), blocks.stride(1), blocks.stride(2), blocks.stride(3), blocks.stride(4),
         K=in_features, NUM_HEADS=blocks.shape[4], HEAD_SIZE=blocks.shape[5], SEARCH_STEPS=search_steps(batch),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-        SPLIT_K=split, TAIL_N=tail_n, TAIL_SPLIT_K=tail_split,
+        SPLIT_K=split, TAIL_N=tail_n, TAIL_SPLIT_K=tail_split, TAIL_IN_MAIN=tail_in_main,
         USE_TMA=use_tma, IEEE=hidden_state.dtype == torch.float32, INTERPRET=interpret,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
