@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: k_matmul with the tail tile's K pieces in the main programs
-# (tail_in_main), 4 or 8 warps, 3-5 stages, against the heuristic at 4096-16384 rows (graph-timed probe).
+# One device call (edit per session). This one: k_matmul with the tail tile's K pieces inside the main programs'
+# pass over K (tail_in_main), 4 or 8 warps, 3-5 stages, against the heuristic at 4096-16384 rows (graph-timed).
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1

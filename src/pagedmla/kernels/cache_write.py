@@ -35,11 +35,9 @@ def _k_step(acc, x, w, row0, col0, k, x_rows, w_rows, K: tl.constexpr, BLOCK_K: 
 
 
 @triton.jit
-def _k_range(x, w, row0, col0, k_lo, k_hi, x_rows, w_rows, K: tl.constexpr, BLOCK_M: tl.constexpr,
-             BN: tl.constexpr, BLOCK_K: tl.constexpr, USE_TMA: tl.constexpr, IEEE: tl.constexpr,
-             INTERPRET: tl.constexpr):
-    """`x[rows, k_lo:k_hi] @ w[cols, k_lo:k_hi].T` in float32 (the pipelined K loop of every tile)."""
-    acc = tl.zeros((BLOCK_M, BN), dtype=tl.float32)
+def _k_loop(acc, x, w, row0, col0, k_lo, k_hi, x_rows, w_rows, K: tl.constexpr, BLOCK_K: tl.constexpr,
+            USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
+    """`acc + x[rows, k_lo:k_hi] @ w[cols, k_lo:k_hi].T` in float32 (the pipelined K loop of every tile)."""
     if INTERPRET:  # the interpreter takes no runtime bounds in range()
         k = k_lo
         while k < k_hi:
@@ -49,6 +47,15 @@ def _k_range(x, w, row0, col0, k_lo, k_hi, x_rows, w_rows, K: tl.constexpr, BLOC
         for k in range(k_lo, k_hi, BLOCK_K):
             acc = _k_step(acc, x, w, row0, col0, k, x_rows, w_rows, K, BLOCK_K, USE_TMA, IEEE, INTERPRET)
     return acc
+
+
+@triton.jit
+def _k_range(x, w, row0, col0, k_lo, k_hi, x_rows, w_rows, K: tl.constexpr, BLOCK_M: tl.constexpr,
+             BN: tl.constexpr, BLOCK_K: tl.constexpr, USE_TMA: tl.constexpr, IEEE: tl.constexpr,
+             INTERPRET: tl.constexpr):
+    """`x[rows, k_lo:k_hi] @ w[cols, k_lo:k_hi].T` in float32."""
+    return _k_loop(tl.zeros((BLOCK_M, BN), dtype=tl.float32), x, w, row0, col0, k_lo, k_hi, x_rows, w_rows, K,
+                   BLOCK_K, USE_TMA, IEEE, INTERPRET)
 
 
 @triton.jit
@@ -92,6 +99,19 @@ def _matmul_piece(
     k_hi = tl.minimum(k_lo + K_PER_PIECE, K)
     acc = _k_range(x, w, row0, col0, k_lo, k_hi, x_rows, w_rows, K, BLOCK_M, BN, BLOCK_K, USE_TMA, IEEE,
                    INTERPRET)
+    _finish_piece(acc, rm, rn, piece, slot, partial_ptr, count_ptr, num_rows, N, blocks_ptr, offsets_ptr,
+                  cache_lengths_ptr, lookup_ptr, batch, layer_idx, page_size, stride_lt_b, stride_blk_b, stride_blk_kv,
+                  stride_blk_l, stride_blk_s, stride_blk_h, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BN, SPLIT)
+
+
+@triton.jit
+def _finish_piece(acc, rm, rn, piece, slot, partial_ptr, count_ptr, num_rows, N, blocks_ptr, offsets_ptr,
+                  cache_lengths_ptr, lookup_ptr, batch, layer_idx, page_size, stride_lt_b, stride_blk_b, stride_blk_kv,
+                  stride_blk_l, stride_blk_s, stride_blk_h, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr,
+                  SEARCH_STEPS: tl.constexpr, BLOCK_M: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr):
+    """Piece `piece` of SPLIT of a tile is done (`acc`, rows rm, columns rn): a whole tile stores; the pieces of a
+    split tile store float32 partials at `partial_ptr + slot * SPLIT * BLOCK_M * BN`, counted by `count_ptr[slot]`,
+    and the last to arrive sums them and stores."""
     if SPLIT > 1:
         tile = tl.arange(0, BLOCK_M)[:, None] * BN + tl.arange(0, BN)[None, :]
         base = partial_ptr + slot.to(tl.int64) * (SPLIT * BLOCK_M * BN)
@@ -114,6 +134,46 @@ def _matmul_piece(
 
 
 @triton.jit
+def _main_tile_with_tail_piece(
+    x, w, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
+    pid_m, pid_n, main_cols, num_rows, N, batch, layer_idx, page_size,
+    stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h,
+    K: tl.constexpr, NUM_HEADS: tl.constexpr, HEAD_SIZE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    TAIL_SPLIT: tl.constexpr, USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """Main tile (pid_m, pid_n), whole, and K piece pid_n of TAIL_SPLIT of row tile pid_m's tail tile (columns
+    from main_cols). The K blocks run in order, as in every main tile (the programs of one row tile read each
+    block of x together, from L2), in three loops: before the piece, the piece's blocks with both MMAs sharing
+    the block of x (no second read of x), after it."""
+    row0 = pid_m * BLOCK_M
+    col0 = pid_n * BLOCK_N
+    rm = row0 + tl.arange(0, BLOCK_M)
+    rn = col0 + tl.arange(0, BLOCK_N)
+    rn2 = main_cols + tl.arange(0, TAIL_N)
+    # clamped indices keep the K loops free of row/column masks (the tails are never stored)
+    x_rows = tl.where(rm < num_rows, rm, 0).to(tl.int64) * stride_x_m
+    w_rows = tl.where(rn < N, rn, 0).to(tl.int64) * stride_w_n
+    w2_rows = tl.where(rn2 < N, rn2, 0).to(tl.int64) * stride_w_n
+    K_PER_PIECE: tl.constexpr = ((K + BLOCK_K - 1) // BLOCK_K + TAIL_SPLIT - 1) // TAIL_SPLIT * BLOCK_K
+    t_lo = tl.minimum(pid_n * K_PER_PIECE, K)
+    t_hi = tl.minimum(t_lo + K_PER_PIECE, K)
+    acc = _k_loop(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), x, w, row0, col0, 0, t_lo, x_rows, w_rows, K,
+                  BLOCK_K, USE_TMA, IEEE, INTERPRET)
+    acc, acc2 = _wide_k_loop(acc, tl.zeros((BLOCK_M, TAIL_N), dtype=tl.float32), x, w, w_tail, row0, col0,
+                             main_cols, t_lo, t_hi, x_rows, w_rows, w2_rows, K, BLOCK_N, TAIL_N, BLOCK_K, USE_TMA,
+                             IEEE, INTERPRET)
+    acc = _k_loop(acc, x, w, row0, col0, t_hi, K, x_rows, w_rows, K, BLOCK_K, USE_TMA, IEEE, INTERPRET)
+    _store_to_cache(acc, rm, rn, num_rows, N, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, batch,
+                    layer_idx, page_size, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
+                    stride_blk_h, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS)
+    _finish_piece(acc2, rm, rn2, pid_n, pid_m, partial_ptr, count_ptr, num_rows, N, blocks_ptr, offsets_ptr,
+                  cache_lengths_ptr, lookup_ptr, batch, layer_idx, page_size, stride_lt_b, stride_blk_b, stride_blk_kv,
+                  stride_blk_l, stride_blk_s, stride_blk_h, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, TAIL_N,
+                  TAIL_SPLIT)
+
+
+@triton.jit
 def _matmul_to_cache_kernel(
     x, w, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
     num_rows, N, batch, layer_idx, page_size,
@@ -133,8 +193,9 @@ def _matmul_to_cache_kernel(
     first in `partial_ptr`, those of split tail tiles after them; `count_ptr` has one counter per split tile.
 
     TAIL_IN_MAIN (unsplit main tiles, one tail tile per row tile, TAIL_SPLIT_K = the main column tiles): no
-    tail programs; the program of main tile (m, n) then runs K piece n of row tile m's tail tile, so the leftover
-    columns add a fraction of a tile to every program instead of a wave of their own.
+    tail programs; the program of main tile (m, n) also runs K piece n of row tile m's tail tile, in the same
+    pass over K (`_main_tile_with_tail_piece`), so the leftover columns add a fraction of a tile to every program
+    instead of a wave of their own.
 
     x and w are pointers, or with USE_TMA tensor descriptors of blocks [BLOCK_M, BLOCK_K] and [BLOCK_N, BLOCK_K]
     (TMA loads; out-of-bounds rows and columns read as zero).
@@ -162,17 +223,19 @@ def _matmul_to_cache_kernel(
         size_m = tl.minimum(num_pid_m - first_m, GROUP_M)
         pid_m = first_m + (tile % group) % size_m
         pid_n = (tile % group) // size_m
-        _matmul_piece(x, w, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
-                      pid_m, pid_n * BLOCK_N, piece, tile, num_rows, N, batch, layer_idx, page_size,
-                      stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l, stride_blk_s,
-                      stride_blk_h, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K,
-                      USE_TMA, IEEE, INTERPRET)
         if TAIL_IN_MAIN:
-            _matmul_piece(x, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, tail_partials,
-                          tail_counts, pid_m, main_cols, pid_n, pid_m, num_rows, N, batch, layer_idx, page_size,
+            _main_tile_with_tail_piece(x, w, w_tail, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr,
+                                       tail_partials, tail_counts, pid_m, pid_n, main_cols, num_rows, N, batch,
+                                       layer_idx, page_size, stride_x_m, stride_w_n, stride_lt_b, stride_blk_b,
+                                       stride_blk_kv, stride_blk_l, stride_blk_s, stride_blk_h, K, NUM_HEADS,
+                                       HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BLOCK_N, TAIL_N, BLOCK_K, TAIL_SPLIT_K,
+                                       USE_TMA, IEEE, INTERPRET)
+        else:
+            _matmul_piece(x, w, blocks_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, partial_ptr, count_ptr,
+                          pid_m, pid_n * BLOCK_N, piece, tile, num_rows, N, batch, layer_idx, page_size,
                           stride_x_m, stride_w_n, stride_lt_b, stride_blk_b, stride_blk_kv, stride_blk_l,
-                          stride_blk_s, stride_blk_h, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, TAIL_N, BLOCK_K,
-                          TAIL_SPLIT_K, USE_TMA, IEEE, INTERPRET)
+                          stride_blk_s, stride_blk_h, K, NUM_HEADS, HEAD_SIZE, SEARCH_STEPS, BLOCK_M, BLOCK_N, BLOCK_K,
+                          SPLIT_K, USE_TMA, IEEE, INTERPRET)
     else:
         if TAIL_N > 0:
             tail_pid = pid - main_tiles * SPLIT_K
@@ -188,15 +251,16 @@ def _matmul_to_cache_kernel(
 
 
 @triton.jit
-def _wide_k_step(acc, acc2, x, w, w2, row0, col0, k, x_rows, w_rows, w2_rows, K: tl.constexpr, BN: tl.constexpr,
+def _wide_k_step(acc, acc2, x, w, w2, row0, col0, col2, k, x_rows, w_rows, w2_rows, K: tl.constexpr,
                  BN2: tl.constexpr, BLOCK_K: tl.constexpr, USE_TMA: tl.constexpr, IEEE: tl.constexpr,
                  INTERPRET: tl.constexpr):
-    """One K block of `_wide_k_range`: x's block loaded once, multiplied with both column parts."""
+    """One K block of `_wide_k_loop`: x's block loaded once, multiplied with both column parts (at col0 and
+    col2)."""
     if USE_TMA:
         a = x.load([row0, k])
         acc = dot(a, w.load([col0, k]).T, acc, INTERPRET, IEEE)
         if BN2 > 0:
-            acc2 = dot(a, w2.load([col0 + BN, k]).T, acc2, INTERPRET, IEEE)
+            acc2 = dot(a, w2.load([col2, k]).T, acc2, INTERPRET, IEEE)
     else:
         rk = k + tl.arange(0, BLOCK_K)
         k_ok = (rk < K) | (K % BLOCK_K == 0)  # all true (no mask) when K blocks are whole
@@ -209,24 +273,32 @@ def _wide_k_step(acc, acc2, x, w, w2, row0, col0, k, x_rows, w_rows, w2_rows, K:
 
 
 @triton.jit
-def _wide_k_range(x, w, w2, row0, col0, k_lo, k_hi, x_rows, w_rows, w2_rows, K: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BN: tl.constexpr, BN2: tl.constexpr, BLOCK_K: tl.constexpr,
-                  USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
-    """`x[rows, k_lo:k_hi] @ w[cols, k_lo:k_hi].T` for the BN columns at col0 and, with BN2 > 0, the BN2 after
-    them (`w2`: their descriptor, or the same pointer): (acc, acc2); without BN2, acc2 is a placeholder."""
-    acc = tl.zeros((BLOCK_M, BN), dtype=tl.float32)
-    acc2 = tl.zeros((BLOCK_M, BN2 if BN2 > 0 else 16), dtype=tl.float32)
+def _wide_k_loop(acc, acc2, x, w, w2, row0, col0, col2, k_lo, k_hi, x_rows, w_rows, w2_rows, K: tl.constexpr,
+                 BN: tl.constexpr, BN2: tl.constexpr, BLOCK_K: tl.constexpr, USE_TMA: tl.constexpr,
+                 IEEE: tl.constexpr, INTERPRET: tl.constexpr):
+    """(acc, acc2) plus `x[rows, k_lo:k_hi] @ w[cols, k_lo:k_hi].T` for the BN columns at col0 and, with BN2 > 0,
+    the BN2 at col2 (`w2`: their descriptor, or the same pointer); without BN2, acc2 is a placeholder."""
     if INTERPRET:  # the interpreter takes no runtime bounds in range()
         k = k_lo
         while k < k_hi:
-            acc, acc2 = _wide_k_step(acc, acc2, x, w, w2, row0, col0, k, x_rows, w_rows, w2_rows, K, BN, BN2,
+            acc, acc2 = _wide_k_step(acc, acc2, x, w, w2, row0, col0, col2, k, x_rows, w_rows, w2_rows, K, BN2,
                                      BLOCK_K, USE_TMA, IEEE, INTERPRET)
             k += BLOCK_K
     else:
         for k in range(k_lo, k_hi, BLOCK_K):
-            acc, acc2 = _wide_k_step(acc, acc2, x, w, w2, row0, col0, k, x_rows, w_rows, w2_rows, K, BN, BN2,
+            acc, acc2 = _wide_k_step(acc, acc2, x, w, w2, row0, col0, col2, k, x_rows, w_rows, w2_rows, K, BN2,
                                      BLOCK_K, USE_TMA, IEEE, INTERPRET)
     return acc, acc2
+
+
+@triton.jit
+def _wide_k_range(x, w, w2, row0, col0, k_lo, k_hi, x_rows, w_rows, w2_rows, K: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BN: tl.constexpr, BN2: tl.constexpr, BLOCK_K: tl.constexpr,
+                  USE_TMA: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
+    """`_wide_k_loop` from zero, the second part's columns right after the first's."""
+    return _wide_k_loop(tl.zeros((BLOCK_M, BN), dtype=tl.float32),
+                        tl.zeros((BLOCK_M, BN2 if BN2 > 0 else 16), dtype=tl.float32), x, w, w2, row0, col0,
+                        col0 + BN, k_lo, k_hi, x_rows, w_rows, w2_rows, K, BN, BN2, BLOCK_K, USE_TMA, IEEE, INTERPRET)
 
 
 @triton.jit
