@@ -169,10 +169,9 @@ def k_matmul_cases(sweep: bool, stream: bool = False, warps4: bool = False, wide
         def tim(**kw):
             return MatmulToCacheConfig(**{**dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=4,
                                                  num_stages=4, tma=True, tail_block_n=64, tail_in_main=True), **kw})
-        configs = {4096: [None, tim(), tim(num_warps=8), tim(num_warps=8, num_stages=3), tim(num_stages=5), None,
-                          tim(), tim(num_warps=8)],
-                   8192: [None, tim(), tim(num_warps=8), None],
-                   16384: [None, tim(), tim(num_warps=8), None]}
+        five = tim(num_stages=5)
+        configs = {3072: [None, five, None, five], 4096: [None, five, tim(), None, five, tim()],
+                   8192: [None, five, None, five], 16384: [None, five, None, five], 32768: [None, five, None, five]}
     elif n512:  # 4096 rows into 512 columns (128 whole 128 x 128 tiles, no tail) and into 576, for the tile rate
         configs = {4096: [None, replace(big, num_warps=4, num_stages=4), None]}
     elif warps4:  # the heuristic's 4096-row tiles at 4 warps against 8, alternating three times

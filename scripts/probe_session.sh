@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call (edit per session). This one: k_matmul with the tail tile's K pieces inside the main programs'
-# pass over K (tail_in_main), 4 or 8 warps, 3-5 stages, against the heuristic at 4096-16384 rows (graph-timed).
+# pass over K (tail_in_main), 4 warps, 4-5 stages, against the heuristic (stream-K from 16384) at 3072-32768 rows.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
