@@ -225,6 +225,6 @@ def k_matmul(block_m: int, block_n: int, block_k: int, warps: int, stages: int, 
 
 
 CASES.update({"k-matmul-heuristic-4096": partial(k_matmul, 128, 128, 64, 8, 3, 1, 64, 2),
-              "k-matmul-tail-in-main-w4-s4": partial(k_matmul, 128, 128, 64, 4, 4, 1, 64, 4, tail_in_main=True),
+              "k-matmul-tail-in-main-w4-s5": partial(k_matmul, 128, 128, 64, 4, 5, 1, 64, 4, tail_in_main=True),
               "k-matmul-stream-s3": partial(k_matmul, 128, 128, 64, 8, 3, 1, 64, 1, True),
               "k-matmul-stream-s4": partial(k_matmul, 128, 128, 64, 8, 4, 1, 64, 1, True)})

@@ -222,6 +222,21 @@ def test_k_matmul_stream_k_long_spans(request, order, head_size, in_features, co
     assert shuffles is None or len(shuffles) == 3
 
 
+def test_matmul_heuristic_tail_in_main():
+    """Unsplit 128 x 128 tiles with one tail tile per row tile (576 = 4 x 128 + 64) run the tail in the main
+    programs below the stream-K rows; split main tiles (few rows), whole column tiles, leftover columns wider than
+    one tail tile and the interpreter keep tail programs."""
+    for rows in (3072, 4096, 8192):
+        cfg = matmul_to_cache_heuristic(rows, 576, 7168, num_sms=132)
+        assert cfg.tail_in_main and cfg.split_k == 1 and cfg.tail_block_n == 64
+        assert (cfg.num_warps, cfg.num_stages, cfg.stream_workers) == (4, 5, 0)
+    assert not matmul_to_cache_heuristic(1024, 576, 7168, num_sms=132).tail_in_main  # split main tiles
+    assert not matmul_to_cache_heuristic(4096, 512, 7168, num_sms=132).tail_in_main  # no leftover columns
+    assert not matmul_to_cache_heuristic(4096, 512 + 96, 7168, num_sms=132).tail_in_main  # 96 > 64: two tails
+    assert matmul_to_cache_heuristic(16384, 576, 7168, num_sms=132).stream_workers == 132
+    assert not matmul_to_cache_heuristic(4096, 576, 7168, num_sms=132, interpret=True).tail_in_main
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(block_m=24), "block_m: expected a power of two >= 16, got 24"),
     (dict(split_k=0), "split_k: expected >= 1, got 0"),
@@ -252,7 +267,8 @@ def test_matmul_heuristic_stream_k(rows, out_features, stream):
 def test_matmul_heuristic_splits(rows):
     """The GPU heuristic at 7168 -> 576 on 132 SMs: split main tiles only when they fill under half the SMs,
     tail tiles only for a last column tile at most half full and split at least twice (into at most half as
-    many pieces as SMs beyond that), never more pieces than K blocks, and at least about half the SMs busy."""
+    many pieces as SMs beyond that, unless the main programs run the tail), never more pieces than K blocks, and
+    at least about half the SMs busy."""
     cfg = matmul_to_cache_heuristic(rows, 576, 7168, num_sms=132)
     tiles_m = -(-rows // cfg.block_m)
     full, rest = divmod(576, cfg.block_n)
@@ -261,7 +277,7 @@ def test_matmul_heuristic_splits(rows):
     assert (cfg.split_k > 1) == (2 * main_tiles < 132)
     assert 1 <= cfg.split_k <= min(MAX_SPLIT_K, -(-7168 // cfg.block_k))
     assert main_tiles * cfg.split_k <= 132 or cfg.split_k == 1
-    if cfg.tail_block_n:
+    if cfg.tail_block_n and not cfg.tail_in_main:
         tail_tiles = tiles_m * -(-rest // cfg.tail_block_n)
         assert 2 <= cfg.tail_split_k <= MAX_SPLIT_K
         assert 2 * tail_tiles * cfg.tail_split_k <= 132 or cfg.tail_split_k == 2
@@ -369,7 +385,9 @@ def test_deepseek_sizes_write_chain():
 # ---- gpu tier: DeepSeek-V3 sizes -------------------------------------------------------------------------------
 
 
-_BIG_BATCH = "16384 rows, heuristic"  # a test parameter: the heuristic's config on a batch of 16384 new rows
+# test parameters: the heuristic's config on a batch of 16384 new rows (stream-K) and of 4096 (tail_in_main)
+_BIG_BATCH = "16384 rows, heuristic"
+_MID_BATCH = "4096 rows, heuristic"
 
 
 def _gpu_batch(page_size, dtype=torch.bfloat16, fill=False):
@@ -390,6 +408,13 @@ def _gpu_batch(page_size, dtype=torch.bfloat16, fill=False):
                                                                  num_stages=4, tma=True, tail_block_n=64,
                                                                  stream_workers=132), id="ps64-tma-stream132"),
                             pytest.param(64, _BIG_BATCH, id="ps64-16384-rows-heuristic-stream"),
+                            pytest.param(128, _MID_BATCH, id="ps128-4096-rows-heuristic-tail-in-main"),
+                            pytest.param(64, MatmulToCacheConfig(block_m=128, block_n=128, block_k=64, num_warps=4,
+                                                                 num_stages=5, tma=True, tail_block_n=64,
+                                                                 tail_in_main=True), id="ps64-tma-tail-in-main"),
+                            pytest.param(1, MatmulToCacheConfig(block_m=128, block_n=128, block_k=64, num_warps=8,
+                                                                num_stages=3, tail_block_n=64, tail_in_main=True),
+                                         id="ps1-pointers-tail-in-main"),
                             pytest.param(64, MatmulToCacheConfig(block_n=64, tma=True, stream_workers=132),
                                          id="ps64-tma-stream132-one-part"),
                             pytest.param(1, MatmulToCacheConfig(stream_workers=7), id="ps1-stream7"),
@@ -399,13 +424,16 @@ def test_gpu_k_matmul_deepseek(page_size, config):
     """The heuristic's default (K split in 4 at these 366 rows) and named tail/split configs. The 128 x 64
     config has no tail at 576 columns, so its tail settings are unused. Split tiles are summed in piece order,
     so repeated calls give the same bits."""
-    if config is _BIG_BATCH:  # 16384 new rows in four sequences with cached prefixes: the heuristic's stream-K
+    if config in (_BIG_BATCH, _MID_BATCH):
+        # 16384 / 4096 new rows in four sequences with cached prefixes: the heuristic's stream-K / tail_in_main
+        new = [5000, 1, 6000, 5383] if config is _BIG_BATCH else [1000, 1, 2000, 1095]
         pb = _batch(page_size, head_size=576, dtype=torch.bfloat16, device="cuda",
-                    lengths=([0, 100, 3000, 7], [5000, 1, 6000, 5383]))
+                    lengths=([0, 100, 3000, 7], new))
+        props = torch.cuda.get_device_properties(0)
+        chosen = matmul_to_cache_heuristic(pb.num_rows, 576, 7168, num_sms=props.multi_processor_count,
+                                           shared_memory=props.shared_memory_per_block_optin)
+        assert chosen.stream_workers > 0 if config is _BIG_BATCH else chosen.tail_in_main, chosen
         config = None
-        assert matmul_to_cache_heuristic(pb.num_rows, 576, 7168,
-                                         num_sms=torch.cuda.get_device_properties(0).multi_processor_count
-                                         ).stream_workers > 0
     else:
         pb = _gpu_batch(page_size)
     ref, low = _twin(pb, torch.float32), _twin(pb, torch.float32)

@@ -77,18 +77,31 @@ class RowConfig:
 MAX_SPLIT_K = 8
 # Rows from which the projection GEMM runs stream-K (see matmul_to_cache_heuristic).
 STREAM_MIN_ROWS = 16384
+# Shared memory of the 5-stage 128 x 128 tiles with a 64-column tail piece (ptxas, sm_90a: 204 KB); GPUs that
+# offer programs less keep tail programs.
+TAIL_IN_MAIN_SHARED = 210_000
 
 
 @functools.lru_cache(maxsize=4096)
 def matmul_to_cache_heuristic(num_rows: int, out_features: int, in_features: int, *, num_sms: int = 132,
-                              interpret: bool = False) -> MatmulToCacheConfig:
-    """A tile for `[num_rows, in_features] @ [in_features, out_features]` on a GPU of `num_sms` SMs.
+                              shared_memory: int = 232448, interpret: bool = False) -> MatmulToCacheConfig:
+    """A tile for `[num_rows, in_features] @ [in_features, out_features]` on a GPU of `num_sms` SMs whose programs
+    may use up to `shared_memory` bytes (the H200's 227 KB by default).
 
     Measured on the H200 (benchmarks/prefill_probe.py, 7168 -> 576): at 4096 rows TMA-fed 128 x 128 tiles with
     8 warps (76 us) beat 128 x 64 tiles (88 us); at 256 rows 128 x 64 pointer tiles (39 us) beat 64-row TMA
     tiles (65 us). Up to 64 rows take 64-row tiles (the smallest warpgroup MMA). `with_splits` then adds the
     K splits and the tail tiles. The interpreter takes 16-row tiles so that tiny test shapes still cross tile
     edges, and no splits (the tests name split configs themselves).
+
+    Unsplit 128 x 128 tiles with one tail tile per row tile (DeepSeek's 576 = 4 x 128 + 64, from 3072 rows) run
+    the tail inside the main programs (`tail_in_main`) with 4 warps and 5 stages: H200, graph-timed, 7168 -> 576,
+    two alternating runs each (`benchmarks/results/session-8/k_matmul-tail-in-main-b2d7339.txt`): 3072 rows
+    51.9 / 52.1 us against 59.1 / 59.1 us (8 warps, 3 stages, tail programs split 2 ways); 4096 rows 59.0 / 59.2
+    against 66.6 / 65.2 us; 8192 rows 127.9 / 123.5 against 141.1 / 134.3 us. (4 warps and 4 stages with tail
+    programs instead: 73.2 us at 4096 rows, the tail programs a second wave; the same tiles into 512 columns, no
+    tail: 47.3 us.) At 16384 and 32768 rows the stream-K below measured even or better (239.3 / 255.2 against
+    244.2 / 253.6 us; 484.0 / 473.9 against 488.0 / 488.3 us).
 
     From STREAM_MIN_ROWS rows, an output width that 128 + 64 column tiles cover exactly (DeepSeek's 576) takes
     stream-K (`stream_workers`), as long as those tiles leave at least four groups of programs (wider outputs
@@ -110,7 +123,12 @@ def matmul_to_cache_heuristic(num_rows: int, out_features: int, in_features: int
                                    tma=True)
     else:
         base = MatmulToCacheConfig()
-    return with_splits(base, num_rows, out_features, in_features, num_sms)
+    cfg = with_splits(base, num_rows, out_features, in_features, num_sms)
+    if (num_rows >= 1024 and cfg.split_k == 1 and 0 < out_features % cfg.block_n <= cfg.tail_block_n
+            and shared_memory >= TAIL_IN_MAIN_SHARED):
+        # one tail tile per row tile, run inside the main programs (`tail_in_main`)
+        return replace(cfg, num_warps=4, num_stages=5, tail_split_k=1, tail_in_main=True)
+    return cfg
 
 
 def with_splits(cfg: MatmulToCacheConfig, num_rows: int, out_features: int, in_features: int,

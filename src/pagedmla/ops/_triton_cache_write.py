@@ -36,8 +36,11 @@ def _tma_ready(t: torch.Tensor) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _num_sms(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
+def _device_limits(device_index: int) -> tuple[int, int]:
+    """(SMs, shared memory one program may opt in to, in bytes) of a CUDA device."""
+    props = torch.cuda.get_device_properties(device_index)
+    return props.multi_processor_count, getattr(props, "shared_memory_per_block_optin",
+                                                232448 if props.major >= 9 else 0)
 
 
 def _matmul_to_cache(hidden_state, input_row_offsets, weight, blocks, cache_lengths, lookup_table, layer_idx,
@@ -49,10 +52,10 @@ def _matmul_to_cache(hidden_state, input_row_offsets, weight, blocks, cache_leng
         return
     interpret = interpreter_enabled()
     device = hidden_state.device
-    num_sms = _num_sms(device.index if device.index is not None else torch.cuda.current_device()) \
-        if device.type == "cuda" else 132
+    num_sms, shared = _device_limits(device.index if device.index is not None else torch.cuda.current_device()) \
+        if device.type == "cuda" else (132, 0)
     cfg = config or matmul_to_cache_heuristic(num_rows, out_features, in_features, num_sms=num_sms,
-                                              interpret=interpret)
+                                              shared_memory=shared, interpret=interpret)
     if cfg.stream_workers:
         _launch_stream(cfg, hidden_state, input_row_offsets, weight, blocks, cache_lengths, lookup_table, layer_idx,
                        interpret)
