@@ -6,6 +6,6 @@
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-timeout 300 python3 benchmarks/experiments/gluon_prefill.py > "$OUT/gluon-prefill-$COMMIT.txt" 2>&1
+timeout 220 python3 benchmarks/experiments/gluon_prefill.py > "$OUT/gluon-prefill-$COMMIT.txt" 2>&1
 echo "rc $?"
 tail -25 "$OUT/gluon-prefill-$COMMIT.txt" | cut -c1-400

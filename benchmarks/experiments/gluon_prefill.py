@@ -79,9 +79,12 @@ def _pv(acc, p, alpha, v, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit
-def _consumer(C: gl.constexpr, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, ready, empty, o_desc, lse_ptr,
-              tile_row0, tile_pos0, n_blocks, head, qk_scale, stride_lse_t,
+def _consumer(C: gl.constexpr, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_empty, v_ready, v_empty, o_desc,
+              lse_ptr, tile_row0, tile_pos0, n_blocks, head, qk_scale, stride_lse_t,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """Query rows [64 C, 64 C + 64) of the tile. Keys and values have rings of their own: block i's keys are
+    released once its logits are done, its values once its P @ V is, so the next block's logits can be issued
+    while this block's values (and the previous block's, still in an MMA) stay resident."""
     s_layout: gl.constexpr = _mma_layout(BLOCK_N)
     o_layout: gl.constexpr = _mma_layout(D_V)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
@@ -96,25 +99,30 @@ def _consumer(C: gl.constexpr, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, ready, empty,
     zero_s = gl.zeros([HALF, BLOCK_N], gl.float32, s_layout)
 
     mbarrier.wait(q_bar, 0)
-    mbarrier.wait(ready.index(0), 0)
+    mbarrier.wait(k_ready.index(0), 0)
     s = warpgroup_mma(qn, kn_s.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s = warpgroup_mma(qr, kr_s.index(0).permute((1, 0)), s, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+    mbarrier.arrive(k_empty.index(0))
     for i in range(n_blocks - 1):
         # the next block's logits go to the tensor cores before this block's softmax
         nx = (i + 1) % STAGES
-        mbarrier.wait(ready.index(nx), ((i + 1) // STAGES) & 1)
+        mbarrier.wait(k_ready.index(nx), ((i + 1) // STAGES) & 1)
         s_next = warpgroup_mma(qn, kn_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         s_next = warpgroup_mma(qr, kr_s.index(nx).permute((1, 0)), s_next, is_async=True)
         p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, i * BLOCK_N, rows, row_first, qk_scale, BLOCK_N)
         # P @ V of block i - 1 is the oldest MMA group in flight (the next logits' two are newer)
         acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc,))
-        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), pred=i > 0)
+        mbarrier.arrive(v_empty.index((i + STAGES - 1) % STAGES), pred=i > 0)
+        mbarrier.wait(v_ready.index(i % STAGES), (i // STAGES) & 1)
         acc = _pv(acc, p, alpha, v_s.index(i % STAGES), BLOCK_N)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s_next,))
+        mbarrier.arrive(k_empty.index(nx))
     last = n_blocks - 1
     p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, last * BLOCK_N, rows, row_first, qk_scale, BLOCK_N)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    mbarrier.arrive(v_empty.index((last + STAGES - 1) % STAGES), pred=last > 0)
+    mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
     acc = _pv(acc, p, alpha, v_s.index(last % STAGES), BLOCK_N)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
@@ -131,8 +139,8 @@ def _consumer(C: gl.constexpr, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, ready, empty,
 
 
 @gluon.jit
-def _loader(qn_desc, qr_desc, k_desc, kr_desc, v_desc, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, ready, empty,
-            tile_row0, key_row0, head, n_blocks, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+def _loader(qn_desc, qr_desc, k_desc, kr_desc, v_desc, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_empty,
+            v_ready, v_empty, tile_row0, key_row0, head, n_blocks, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     mbarrier.expect(q_bar, 2 * qn_desc.block_type.nbytes + 2 * qr_desc.block_type.nbytes)
     for c in gl.static_range(2):
         tma.async_copy_global_to_shared(qn_desc, [tile_row0 + HALF * c, head * (D_NOPE + D_ROPE)], q_bar,
@@ -142,13 +150,16 @@ def _loader(qn_desc, qr_desc, k_desc, kr_desc, v_desc, qn_s, qr_s, kn_s, kr_s, v
     for i in range(n_blocks):
         st = i % STAGES
         # a fresh barrier passes a wait for parity 1: the first STAGES loads go at once
-        mbarrier.wait(empty.index(st), ((i // STAGES) & 1) ^ 1)
-        bar = ready.index(st)
-        mbarrier.expect(bar, k_desc.block_type.nbytes + kr_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        phase = ((i // STAGES) & 1) ^ 1
         row = key_row0 + i * BLOCK_N
+        mbarrier.wait(k_empty.index(st), phase)
+        bar = k_ready.index(st)
+        mbarrier.expect(bar, k_desc.block_type.nbytes + kr_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [row, head * D_NOPE], bar, kn_s.index(st))
         tma.async_copy_global_to_shared(kr_desc, [row, 0], bar, kr_s.index(st))
-        tma.async_copy_global_to_shared(v_desc, [row, head * D_V], bar, v_s.index(st))
+        mbarrier.wait(v_empty.index(st), phase)
+        mbarrier.expect(v_ready.index(st), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [row, head * D_V], v_ready.index(st), v_s.index(st))
 
 
 @gluon.jit
@@ -170,20 +181,24 @@ def _prefill_ws_kernel(qn_desc, qr_desc, k_desc, kr_desc, v_desc, o_desc, lse_pt
     kr_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, D_ROPE], kr_desc.layout)
     v_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, D_V], v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
     for st in gl.static_range(STAGES):
-        mbarrier.init(ready.index(st), count=1)
-        mbarrier.init(empty.index(st), count=2)  # one arrival per consumer
+        mbarrier.init(k_ready.index(st), count=1)
+        mbarrier.init(v_ready.index(st), count=1)
+        mbarrier.init(k_empty.index(st), count=2)  # one arrival per consumer
+        mbarrier.init(v_empty.index(st), count=2)
     fence_async_shared()
 
     gl.warp_specialize([
-        (_consumer, (0, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, ready, empty, o_desc, lse_ptr, tile_row0, t * BLOCK_M,
+        (_consumer, (0, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_empty, v_ready, v_empty, o_desc, lse_ptr, tile_row0, t * BLOCK_M,
                      n_blocks, head, qk_scale, stride_lse_t, BLOCK_N, STAGES)),
-        (_consumer, (1, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, ready, empty, o_desc, lse_ptr, tile_row0, t * BLOCK_M,
+        (_consumer, (1, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_empty, v_ready, v_empty, o_desc, lse_ptr, tile_row0, t * BLOCK_M,
                      n_blocks, head, qk_scale, stride_lse_t, BLOCK_N, STAGES)),
-        (_loader, (qn_desc, qr_desc, k_desc, kr_desc, v_desc, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, ready, empty,
+        (_loader, (qn_desc, qr_desc, k_desc, kr_desc, v_desc, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_empty, v_ready, v_empty,
                    tile_row0, key_row0, head, n_blocks, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
@@ -317,11 +332,23 @@ def compile_only():
 
 
 def main() -> int:
-    if sys.argv[1:] == ["--compile-only"]:
+    argv = sys.argv[1:]
+    if argv == ["--compile-only"]:
         compile_only()
         return 0
-    check_small()
-    bench()
+    if argv:  # one stage, in this process
+        {"check": check_small, "bench": bench}[argv[0]]()
+        return 0
+    for stage, timeout in (("check", 45), ("bench", 150)):  # a hang must not eat the device call
+        try:
+            res = subprocess.run([sys.executable, __file__, stage], capture_output=True, text=True,
+                                 timeout=timeout, check=False)
+            print(res.stdout.strip() or f"{stage}: rc {res.returncode} {res.stderr.strip()[-600:]}", flush=True)
+            if res.returncode:
+                return 1
+        except subprocess.TimeoutExpired:
+            print(f"{stage}: TIMEOUT ({timeout} s: hung)", flush=True)
+            return 1
     return 0
 
 
