@@ -230,6 +230,44 @@ def test_prefill_heuristic_grid_order():
     assert not prefill_heuristic(num_heads=128, fp8_cache=True).heads_inner
 
 
+def test_prefill_heuristic_warp_specialized():
+    """On Hopper, bf16 caches take the warp-specialized kernel (128-key blocks, 2-deep rings); FP8 caches, other
+    GPUs and the interpreter keep the Triton kernel."""
+    from pagedmla.configs.prefill import prefill_heuristic
+    for heads in (16, 128):
+        cfg = prefill_heuristic(num_heads=heads, hopper=True)
+        assert cfg.warp_specialized and (cfg.block_n, cfg.num_stages) == (128, 2)
+        assert not prefill_heuristic(num_heads=heads, hopper=True, fp8_cache=True).warp_specialized
+        assert not prefill_heuristic(num_heads=heads).warp_specialized
+    assert not prefill_heuristic(hopper=True, interpret=True).warp_specialized
+
+
+def test_prefill_warp_specialized_inputs():
+    """What the warp-specialized kernel takes: bf16 q [T, H, 192] and k, v [T, H, 128] that TMA can read (views
+    of one [T, H, 256] buffer, as the chunked prefill passes them), the null or causal mask, an unscaled bf16
+    cache with the rope in its last 64 columns. Everything else runs the Triton kernel."""
+    bf = torch.bfloat16
+    q = torch.randn(64, 4, 192).to(bf)
+    kv = torch.randn(64, 4, 256).to(bf)
+    k, v = kv[..., :128], kv[..., 128:]
+    blocks = torch.zeros(3, 1, 2, 16, 1, 576, dtype=bf)
+    ready = _triton_prefill._ws_ready
+    assert ready(q, k, v, blocks, None, mask_code("causal", -1)[0])
+    assert ready(q, k, v, blocks, None, mask_code("null", -1)[0])
+    assert not ready(q, k, v, blocks, None, mask_code("sliding_window_causal", 8)[0])
+    assert not ready(q, k, v, blocks, torch.ones(3, 1, 2, 16, 1, 9), 1)  # FP8 scales
+    assert not ready(q.float(), k, v, blocks, None, 1)
+    assert not ready(q, k, v, blocks.float(), None, 1)
+    assert not ready(q[..., :96], k, v, blocks, None, 1)  # other head sizes
+    odd = torch.randn(64, 4, 129).to(bf)[..., :128]  # a row stride TMA cannot take (258 bytes)
+    assert not ready(q, odd, v, blocks, None, 1)
+    assert not ready(q, k, kv[..., 1:129], blocks, None, 1)  # a base off 16-byte alignment
+    # the 2-D view the TMA descriptors read: every head's columns of a row
+    view = _triton_prefill._tma_2d(v, 128)
+    assert view.shape == (64, 3 * 256 + 128) and view.stride() == (1024, 1)
+    assert torch.equal(view[:, 2 * 256: 2 * 256 + 128], v[:, 2])
+
+
 def test_prefill_wide_batch():
     """130 sequences: a program finds its sequence over more than one 128-sequence scan block."""
     pb = make_paged_batch([i % 4 for i in range(130)], [(i * 7) % 5 for i in range(130)], head_size=48,
@@ -367,6 +405,42 @@ def test_gpu_prefill_masks_deepseek(mask, window, fp8):
     low_kv = _dequantized(kv, torch.bfloat16) if fp8 else kv
     low = ops.mla_prefill_kv_cache_ragged(q, k_buffer[..., :128], k_buffer[..., 128:], *args, low_kv, 0, 0.1,
                                           backend="reference", **kw)
+    assert_close_to_reference(got[0], want[0], low[0], eps=_bf16_step(want[0]), name="output")
+    assert_close_to_reference(got[1], want[1], low[1], eps=LSE_EPS, name="lse")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mask", ["causal", "null"])
+def test_gpu_prefill_warp_specialized(mask):
+    """The warp-specialized kernel (Hopper) on long ragged sequences with cached prefixes (1300 new tokens: 11
+    query tiles, up to 11 key blocks each), a one-token and an empty sequence, 16 heads, page 64. Every k/v buffer
+    row that no valid key uses (page padding between sequences, rows past the chunk) is NaN: the output must not
+    see them. Compared with the reference on the clean buffer."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the warp-specialized kernel runs on Hopper only")
+    cached, new = [0, 700, 0, 5, 130], [1300, 300, 1, 257, 0]
+    pb, q, _ = _mla_inputs(64, heads=16, nope=128, rope=64, v_dim=128, rank=512, dtype=torch.bfloat16,
+                           device="cuda", lengths=(cached, new))
+    bro, co, lengths = ops.mla_prefill_plan(pb.input_row_offsets, pb.kv, 4096, 1)
+    rows = int(lengths[0])
+    k_buffer = _randn(rows + 128, 16, 256, dtype=torch.bfloat16, device="cuda", seed=9)
+    starts, offs = bro[0].tolist(), co[0].tolist()
+    used = torch.zeros(rows + 128, dtype=torch.bool, device="cuda")
+    for b in range(len(cached)):
+        used[starts[b]: starts[b] + min(starts[b + 1] - starts[b], cached[b] + new[b] - offs[b])] = True
+    assert not used.all()
+    poisoned = k_buffer.clone()
+    poisoned[~used] = float("nan")
+    code = mask_code(mask, -1)[0]
+    assert _triton_prefill._ws_ready(q, poisoned[..., :128], poisoned[..., 128:], pb.kv.blocks, None, code)
+    args = (bro[0], co[0], pb.input_row_offsets)
+    got = ops.mla_prefill_kv_cache_ragged(q, poisoned[..., :128], poisoned[..., 128:], *args, pb.kv, 1, 0.1,
+                                          mask=mask, return_lse=True, backend="triton")
+    kb32 = k_buffer.float()
+    want = ops.mla_prefill_kv_cache_ragged(q.float(), kb32[..., :128], kb32[..., 128:], *args, _float32_twin(pb.kv),
+                                           1, 0.1, mask=mask, return_lse=True, backend="reference")
+    low = ops.mla_prefill_kv_cache_ragged(q, k_buffer[..., :128], k_buffer[..., 128:], *args, pb.kv, 1, 0.1,
+                                          mask=mask, return_lse=True, backend="reference")
     assert_close_to_reference(got[0], want[0], low[0], eps=_bf16_step(want[0]), name="output")
     assert_close_to_reference(got[1], want[1], low[1], eps=LSE_EPS, name="lse")
 

@@ -11,13 +11,19 @@ class PrefillConfig:
     """Ragged MLA prefill attention: query rows x key rows per step of one program (one head).
 
     `heads_inner`: program ids walk every head of one query tile before the next tile (a 1-D grid), so the
-    heaviest causal tiles of all heads run first; else tile slots vary fastest (a 2-D grid, slot x head)."""
+    heaviest causal tiles of all heads run first; else tile slots vary fastest (a 2-D grid, slot x head).
+
+    `warp_specialized`: the Gluon kernel of `pagedmla.kernels.prefill_ws` (Hopper; 128-row tiles, `block_n` keys
+    per block, `num_stages`-deep key and value rings; `num_warps` and `heads_inner` unused) for the inputs it
+    takes (bf16, DeepSeek's head sizes, the null and causal masks, an unscaled cache); other inputs run the
+    Triton kernel with the heuristic's tiles."""
 
     block_m: int = 128
     block_n: int = 128
     num_warps: int = 8
     num_stages: int = 2
     heads_inner: bool = False
+    warp_specialized: bool = False
 
 
 @dataclass(frozen=True)
@@ -32,7 +38,7 @@ class DecompressConfig:
 
 @functools.lru_cache(maxsize=4096)
 def prefill_heuristic(*, fp8_cache: bool = False, interpret: bool = False,
-                      rows_per_sequence: float = 4096.0, num_heads: int = 128) -> PrefillConfig:
+                      rows_per_sequence: float = 4096.0, num_heads: int = 128, hopper: bool = False) -> PrefillConfig:
     """Measured on the H200 (benchmarks/prefill_probe.py, causal, against cuDNN in the same run): 128 x 128
     tiles, 8 warps, double-buffered for long prompts (0.64-0.66 of cuDNN at 4096-8192 tokens per sequence,
     128 x 64 tiles 0.58-0.63); 128 x 64 tiles at 3 stages when sequences average 2048 new rows or fewer
@@ -44,9 +50,16 @@ def prefill_heuristic(*, fp8_cache: bool = False, interpret: bool = False,
     16 heads or fewer walk the heads of a tile first (`heads_inner`: 0.68 of cuDNN against 0.62 at 2 x 4096,
     16 heads, the heaviest tiles of every head start first). At 128 heads that order ran 10-15% slower
     (0.54 against 0.63 at 1 x 8192): the programs running together then belong to ~130 different heads and
-    share no keys in L2, where tile-major order runs the tiles of one or two heads together."""
+    share no keys in L2, where tile-major order runs the tiles of one or two heads together.
+
+    On Hopper (`hopper`), bf16 caches take the warp-specialized kernel, 128-key blocks in 2-deep rings: against
+    cuDNN in the same run (`benchmarks/experiments/gluon_prefill.py`, equal-length causal sequences,
+    `benchmarks/results/session-8/gluon-prefill-1a1f51d.txt`) 0.90 / 0.85 / 0.84 / 0.82 at 1 x 8192, 4 x 4096,
+    16 x 1024 (128 heads) and 2 x 4096 (16 heads); 64-key blocks in 3-deep rings 0.78 / 0.74 / 0.76 / 0.70."""
     if interpret:
         return PrefillConfig(block_m=16, block_n=16, num_warps=1, num_stages=1)
+    if hopper and not fp8_cache:
+        return PrefillConfig(block_m=128, block_n=128, num_warps=4, num_stages=2, warp_specialized=True)
     heads_inner = num_heads <= 16
     if fp8_cache or rows_per_sequence <= 2048:
         return PrefillConfig(block_m=128, block_n=64, num_warps=8, num_stages=3, heads_inner=heads_inner)

@@ -16,6 +16,15 @@ from ..kernels.prefill import _gather_latent_kernel, _mla_prefill_kernel, _prefi
 from ._dispatch import interpreter_enabled
 from ._triton_cache_write import search_steps
 
+try:  # Gluon (Triton's explicit-layout dialect) ships with Triton 3.6; without it the Triton kernel runs
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
+
+    from ..kernels.prefill_ws import _prefill_ws_kernel
+    _WS_AVAILABLE = True
+except ImportError:  # pragma: no cover
+    _WS_AVAILABLE = False
+
 
 def mla_prefill_plan(input_row_offsets, cache_lengths, page_size: int, buffer_size: int, max_chunks: int):
     """The chunk plan computed on the device, without a host sync (same outputs as the reference).
@@ -76,6 +85,64 @@ def _head_block(size: int) -> int:
     return max(16, triton.next_power_of_2(size))
 
 
+def _hopper(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+
+
+def _tma_2d(x: torch.Tensor, width: int) -> torch.Tensor | None:
+    """`x` [rows, heads, width] (or [rows, width]) as a 2-D view whose row holds every head's columns
+    (`[rows, (heads - 1) * head_stride + width]`), or None when TMA cannot read it (unit last stride, 16-byte
+    aligned base, row and head strides)."""
+    if x.dim() == 2:
+        x = x[:, None]
+    rows, heads, _ = x.shape
+    ok = (x.dtype == torch.bfloat16 and x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and rows > 0
+          and (x.stride(0) * 2) % 16 == 0 and (heads == 1 or (x.stride(1) * 2) % 16 == 0))
+    return x.as_strided((rows, (heads - 1) * x.stride(1) + width), (x.stride(0), 1)) if ok else None
+
+
+def _ws_ready(q, k, v, blocks, scales, mask_code: int) -> bool:
+    """Whether the warp-specialized kernel (`kernels.prefill_ws`) takes this call: bf16, DeepSeek's head sizes,
+    the null or causal mask, an unscaled cache, TMA-readable q, k and v."""
+    return (_WS_AVAILABLE and mask_code in (0, 1) and scales is None and blocks.dtype == torch.bfloat16
+            and q.shape[-1] == 192 and k.shape[-1] == 128 and v.shape[-1] == 128 and blocks.shape[5] >= 192
+            and all(_tma_2d(x, x.shape[-1]) is not None for x in (q, k, v)))
+
+
+def _launch_ws(cfg: PrefillConfig, q, k, v, buffer_row_offsets, cache_offsets, input_row_offsets, blocks,
+               cache_lengths, lookup_table, layer_idx: int, scale: float, mask_code: int, out, lse) -> None:
+    """The warp-specialized prefill: the chunk's rope rows gathered into a contiguous buffer (the TMA copies
+    need one), then `_prefill_ws_kernel` over the Triton kernel's grid."""
+    num_rows, num_heads, _ = q.shape
+    batch = cache_lengths.shape[0]
+    buffer_rows = k.shape[0]
+    rope = torch.empty((buffer_rows, 64), dtype=torch.bfloat16, device=q.device)
+    rope_cols = blocks[..., blocks.shape[5] - 64:]
+    gather = decompress_heuristic()
+    _gather_latent_kernel[(triton.cdiv(buffer_rows, gather.gather_rows),)](
+        buffer_row_offsets, cache_offsets, lookup_table, rope_cols, rope_cols, rope,
+        buffer_rows, batch, layer_idx, blocks.shape[3], lookup_table.shape[1], blocks.shape[0],
+        lookup_table.stride(0), blocks.stride(0), blocks.stride(2), blocks.stride(3), 0, 0, 0, rope.stride(0),
+        RANK=64, BLOCK_RANK=64, BLOCK_R=gather.gather_rows, GROUP=1, SCALED=False,
+        SEARCH_STEPS=search_steps(batch), num_warps=gather.gather_warps,
+    )
+
+    def desc(x2d, block):
+        return GluonTensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block,
+                                                                                                  gl.bfloat16))
+    q2d, k2d, v2d = _tma_2d(q, 192), _tma_2d(k, 128), _tma_2d(v, 128)
+    bn = cfg.block_n
+    slots = num_rows // 128 + batch
+    _prefill_ws_kernel[(slots, num_heads)](
+        desc(q2d, [64, 128]), desc(q2d, [64, 64]), desc(k2d, [bn, 128]), desc(rope, [bn, 64]), desc(v2d, [bn, 128]),
+        out, lse, buffer_row_offsets, cache_offsets, input_row_offsets, cache_lengths,
+        batch, scale * math.log2(math.e), q.stride(1), k.stride(1), v.stride(1), out.stride(0), out.stride(1),
+        out.stride(2), lse.stride(0), lse.stride(1),
+        CAUSAL=mask_code == 1, BLOCK_N=bn, STAGES=cfg.num_stages, SEARCH_CHUNKS=triton.cdiv(batch, _SEARCH_BLOCK),
+        SEARCH_BLOCK=_SEARCH_BLOCK, CONSUMER_REGS=232, LOADER_REGS=24, num_warps=4,
+    )
+
+
 def mla_prefill_kv_cache_ragged(q, k, v, buffer_row_offsets, cache_offsets, input_row_offsets, blocks,
                                 cache_lengths, lookup_table, scales, quant_granularity: int, layer_idx: int,
                                 scale: float, mask_code: int, window: int, out, lse,
@@ -87,7 +154,15 @@ def mla_prefill_kv_cache_ragged(q, k, v, buffer_row_offsets, cache_offsets, inpu
         return
     interpret = interpreter_enabled()
     cfg = config or prefill_heuristic(fp8_cache=scales is not None, interpret=interpret, num_heads=num_heads,
-                                      rows_per_sequence=num_rows / batch)
+                                      rows_per_sequence=num_rows / batch,
+                                      hopper=not interpret and _hopper(q.device))
+    if cfg.warp_specialized and _ws_ready(q, k, v, blocks, scales, mask_code):
+        _launch_ws(cfg, q, k, v, buffer_row_offsets, cache_offsets, input_row_offsets, blocks, cache_lengths,
+                   lookup_table, layer_idx, scale, mask_code, out, lse)
+        return
+    if cfg.warp_specialized:  # inputs the warp-specialized kernel does not take: the Triton kernel's tiles
+        cfg = prefill_heuristic(fp8_cache=scales is not None, interpret=interpret, num_heads=num_heads,
+                                rows_per_sequence=num_rows / batch)
     nope, v_dim = k.shape[-1], v.shape[-1]
     rope = qk_dim - nope
     scales_ptr, (s_b, s_l, s_s), group, scaled = _scales_args(blocks, scales, quant_granularity)
