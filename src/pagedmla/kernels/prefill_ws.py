@@ -92,9 +92,9 @@ def _zero_invalid_values(v_tile, v_clean, j0, num_valid, C: gl.constexpr, BLOCK_
 
 @gluon.jit
 def _consumer(C: gl.constexpr, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_empty, v_ready, v_empty, v_clean,
-              out_ptr, lse_ptr, q_row0, row0, num_q, cache_len, key_pos0, num_valid, n_blocks, head, qk_scale,
+              o_desc, out_ptr, lse_ptr, q_row0, row0, num_q, cache_len, key_pos0, num_valid, n_blocks, head, qk_scale,
               stride_o_t, stride_o_h, stride_o_d, stride_lse_t, stride_lse_h,
-              CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+              CAUSAL: gl.constexpr, TMA_OUT: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """Query rows [row0 + 64 C, +64) of the sequence (q rows from q_row0 + 64 C). Keys and values have rings of
     their own: a block's keys are released once its logits are done, its values once its P @ V is, so the next
     block's logits can be issued while this block's values (and the previous block's, in an MMA) stay resident."""
@@ -147,14 +147,21 @@ def _consumer(C: gl.constexpr, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_em
     l_safe = gl.where(has_key, l_i, 1.0)
     out = acc / gl.convert_layout(l_safe, gl.SliceLayout(1, o_layout))[:, None]
     r = row0 + HALF * C + gl.arange(0, HALF, gl.SliceLayout(1, o_layout))
-    d = gl.arange(0, D_V, gl.SliceLayout(0, o_layout))
-    o_ptrs = out_ptr + (q_row0 + HALF * C + gl.arange(0, HALF, gl.SliceLayout(1, o_layout))).to(gl.int64)[:, None] \
-        * stride_o_t + head * stride_o_h + d[None, :] * stride_o_d
-    gl.store(o_ptrs, out.to(gl.bfloat16), mask=(r < num_q)[:, None])
+    if TMA_OUT and row0 + HALF * C + HALF <= num_q:
+        # 64 whole rows: through the q tile's shared memory (its last MMA has retired) and one TMA store
+        qn.store(out.to(gl.bfloat16))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [q_row0 + HALF * C, head * stride_o_h], qn)
+    else:
+        d = gl.arange(0, D_V, gl.SliceLayout(0, o_layout))
+        o_rows = (q_row0 - row0 + r).to(gl.int64)
+        gl.store(out_ptr + o_rows[:, None] * stride_o_t + head * stride_o_h + d[None, :] * stride_o_d,
+                 out.to(out_ptr.dtype.element_ty), mask=(r < num_q)[:, None])
     lse = gl.where(has_key, (m_i + gl.log2(l_safe)) * LN2, float("-inf"))
     rr = row0 + HALF * C + gl.arange(0, HALF, row_layout)
     lse_rows = (q_row0 + HALF * C + gl.arange(0, HALF, row_layout)).to(gl.int64)
     gl.store(lse_ptr + lse_rows * stride_lse_t + head * stride_lse_h, lse, mask=rr < num_q)
+    tma.store_wait(0)
 
 
 @gluon.jit
@@ -182,14 +189,16 @@ def _loader(qn_desc, qr_desc, k_desc, kr_desc, v_desc, qn_s, qr_s, kn_s, kr_s, v
 
 @gluon.jit
 def _prefill_ws_kernel(
-    qn_desc, qr_desc, k_desc, kr_desc, v_desc, out_ptr, lse_ptr, bro_ptr, co_ptr, offsets_ptr, cache_lengths_ptr,
+    qn_desc, qr_desc, k_desc, kr_desc, v_desc, o_desc, out_ptr, lse_ptr, bro_ptr, co_ptr, offsets_ptr, cache_lengths_ptr,
     batch, qk_scale, stride_q_h, stride_k_h, stride_v_h, stride_o_t, stride_o_h, stride_o_d, stride_lse_t,
     stride_lse_h,
-    CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SEARCH_CHUNKS: gl.constexpr,
+    CAUSAL: gl.constexpr, TMA_OUT: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+    SEARCH_CHUNKS: gl.constexpr,
     SEARCH_BLOCK: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
 ):
     """Program (tile slot, head), as `_mla_prefill_kernel`: sequence b owns tile slots [offsets[b] // 128 + b,
-    offsets[b+1] // 128 + b + 1), its last (heaviest causal) query tile first; idle slots store nothing."""
+    offsets[b+1] // 128 + b + 1), its last (heaviest causal) query tile first; idle slots store nothing.
+    TMA_OUT: `o_desc` describes out (`[T, (H - 1) * stride_o_h + 128]`, 64-row blocks); else pointer stores."""
     slot_id = gl.program_id(0)
     head = gl.program_id(1)
     # b = the number of i in [1, batch] with offsets[i] // BLOCK_M + i <= slot_id
@@ -243,12 +252,14 @@ def _prefill_ws_kernel(
     fence_async_shared()
 
     gl.warp_specialize([
-        (_consumer, (0, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_empty, v_ready, v_empty, v_clean, out_ptr,
-                     lse_ptr, q_row0, row0, num_q, cache_len, key_pos0, num_valid, n_blocks, head, qk_scale,
-                     stride_o_t, stride_o_h, stride_o_d, stride_lse_t, stride_lse_h, CAUSAL, BLOCK_N, STAGES)),
-        (_consumer, (1, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_empty, v_ready, v_empty, v_clean, out_ptr,
-                     lse_ptr, q_row0, row0, num_q, cache_len, key_pos0, num_valid, n_blocks, head, qk_scale,
-                     stride_o_t, stride_o_h, stride_o_d, stride_lse_t, stride_lse_h, CAUSAL, BLOCK_N, STAGES)),
+        (_consumer, (0, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_empty, v_ready, v_empty, v_clean, o_desc,
+                     out_ptr, lse_ptr, q_row0, row0, num_q, cache_len, key_pos0, num_valid, n_blocks, head, qk_scale,
+                     stride_o_t, stride_o_h, stride_o_d, stride_lse_t, stride_lse_h, CAUSAL, TMA_OUT, BLOCK_N,
+                     STAGES)),
+        (_consumer, (1, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_empty, v_ready, v_empty, v_clean, o_desc,
+                     out_ptr, lse_ptr, q_row0, row0, num_q, cache_len, key_pos0, num_valid, n_blocks, head, qk_scale,
+                     stride_o_t, stride_o_h, stride_o_d, stride_lse_t, stride_lse_h, CAUSAL, TMA_OUT, BLOCK_N,
+                     STAGES)),
         (_loader, (qn_desc, qr_desc, k_desc, kr_desc, v_desc, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_empty,
                    v_ready, v_empty, q_row0, key_row0, head * stride_q_h, head * stride_k_h, head * stride_v_h,
                    n_blocks, BLOCK_N, STAGES)),

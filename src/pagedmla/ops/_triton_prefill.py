@@ -130,15 +130,15 @@ def _launch_ws(cfg: PrefillConfig, q, k, v, buffer_row_offsets, cache_offsets, i
     def desc(x2d, block):
         return GluonTensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block,
                                                                                                   gl.bfloat16))
-    q2d, k2d, v2d = _tma_2d(q, 192), _tma_2d(k, 128), _tma_2d(v, 128)
+    q2d, k2d, v2d, o2d = _tma_2d(q, 192), _tma_2d(k, 128), _tma_2d(v, 128), _tma_2d(out, 128)
     bn = cfg.block_n
     slots = num_rows // 128 + batch
     _prefill_ws_kernel[(slots, num_heads)](
         desc(q2d, [64, 128]), desc(q2d, [64, 64]), desc(k2d, [bn, 128]), desc(rope, [bn, 64]), desc(v2d, [bn, 128]),
-        out, lse, buffer_row_offsets, cache_offsets, input_row_offsets, cache_lengths,
+        desc(o2d, [64, 128]) if o2d is not None else desc(q2d, [64, 128]), out, lse, buffer_row_offsets, cache_offsets, input_row_offsets, cache_lengths,
         batch, scale * math.log2(math.e), q.stride(1), k.stride(1), v.stride(1), out.stride(0), out.stride(1),
         out.stride(2), lse.stride(0), lse.stride(1),
-        CAUSAL=mask_code == 1, BLOCK_N=bn, STAGES=cfg.num_stages, SEARCH_CHUNKS=triton.cdiv(batch, _SEARCH_BLOCK),
+        CAUSAL=mask_code == 1, TMA_OUT=o2d is not None, BLOCK_N=bn, STAGES=cfg.num_stages, SEARCH_CHUNKS=triton.cdiv(batch, _SEARCH_BLOCK),
         SEARCH_BLOCK=_SEARCH_BLOCK, CONSUMER_REGS=232, LOADER_REGS=24, num_warps=4,
     )
 
