@@ -52,10 +52,12 @@ def prefill_heuristic(*, fp8_cache: bool = False, interpret: bool = False,
     (0.54 against 0.63 at 1 x 8192): the programs running together then belong to ~130 different heads and
     share no keys in L2, where tile-major order runs the tiles of one or two heads together.
 
-    On Hopper (`hopper`), bf16 caches take the warp-specialized kernel, 128-key blocks in 2-deep rings: against
-    cuDNN in the same run (`benchmarks/experiments/gluon_prefill.py`, equal-length causal sequences,
-    `benchmarks/results/session-8/gluon-prefill-1a1f51d.txt`) 0.90 / 0.85 / 0.84 / 0.82 at 1 x 8192, 4 x 4096,
-    16 x 1024 (128 heads) and 2 x 4096 (16 heads); 64-key blocks in 3-deep rings 0.78 / 0.74 / 0.76 / 0.70."""
+    On Hopper (`hopper`), bf16 caches take the warp-specialized kernel, 128-key blocks in 2-deep rings. Its
+    prototype against cuDNN in the same run (`benchmarks/experiments/gluon_prefill.py` at 1a1f51d, equal-length
+    causal sequences, `benchmarks/results/session-8/gluon-prefill-1a1f51d.txt`): 0.90 / 0.85 / 0.84 / 0.82 at
+    1 x 8192, 4 x 4096, 16 x 1024 (128 heads) and 2 x 4096 (16 heads); 64-key blocks in 3-deep rings 0.78 / 0.74
+    / 0.76 / 0.70. The package's kernel in the harness: 0.88-0.89 / 0.84-0.89 / 0.73-0.75 / 0.82-0.85
+    (`bench-prefill-d77c5dd-{1,2}.txt`)."""
     if interpret:
         return PrefillConfig(block_m=16, block_n=16, num_warps=1, num_stages=1)
     if hopper and not fp8_cache:
