@@ -268,6 +268,14 @@ def test_prefill_warp_specialized_inputs():
     assert torch.equal(view[:, 2 * 256: 2 * 256 + 128], v[:, 2])
 
 
+def test_prefill_warp_specialized_config_off_hopper():
+    """A config that asks for the warp-specialized kernel where it cannot run (the interpreter, float32 inputs)
+    runs the Triton kernel with the heuristic's tiles, and gives the reference's answer."""
+    pb = _batch(3)
+    _check_prefill(pb, pb.kv, config=PrefillConfig(block_m=128, block_n=128, num_warps=4, num_stages=2,
+                                                   warp_specialized=True))
+
+
 def test_prefill_wide_batch():
     """130 sequences: a program finds its sequence over more than one 128-sequence scan block."""
     pb = make_paged_batch([i % 4 for i in range(130)], [(i * 7) % 5 for i in range(130)], head_size=48,
@@ -360,7 +368,7 @@ def test_gpu_mla_prefill_deepseek(heads, page_size):
     assert_close_to_reference(got[1], want[1], low[1], eps=LSE_EPS, name="lse")
 
 
-def _bf16_mla_prefill(q, pb, weight, scale, buffer_size):
+def _bf16_mla_prefill(q, pb, weight, scale, buffer_size, mask="causal"):
     """PyTorch's own bf16 pipeline of the chunked prefill: each chunk's keys from torch's bf16 GEMM (the
     reference decompression rounds a float32 GEMM instead, which is more exact than any bf16 pipeline), the
     float32 reference attention on them, and the LSE merge of bf16 chunk outputs."""
@@ -375,7 +383,7 @@ def _bf16_mla_prefill(q, pb, weight, scale, buffer_size):
                                                 q.new_empty(buffer_size, weight.shape[0]), backend="reference")
         k_buffer = (latent[:length] @ weight.T).view(length, q.shape[1], -1)
         out, lse = ops.mla_prefill_kv_cache_ragged(q, k_buffer[..., :nope], k_buffer[..., nope:], bro[c], co[c],
-                                                   pb.input_row_offsets, pb.kv, 1, scale, return_lse=True,
+                                                   pb.input_row_offsets, pb.kv, 1, scale, mask=mask, return_lse=True,
                                                    backend="reference")
         outs.append(out.float())
         lses.append(lse)
@@ -411,7 +419,7 @@ def test_gpu_prefill_masks_deepseek(mask, window, fp8):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("mask", ["causal", "null"])
-def test_gpu_prefill_warp_specialized(mask):
+def test_gpu_prefill_warp_specialized(mask, monkeypatch):
     """The warp-specialized kernel (Hopper) on long ragged sequences with cached prefixes (1300 new tokens: 11
     query tiles, up to 11 key blocks each), a one-token and an empty sequence, 16 heads, page 64. Every k/v buffer
     row that no valid key uses (page padding between sequences, rows past the chunk) is NaN: the output must not
@@ -434,13 +442,52 @@ def test_gpu_prefill_warp_specialized(mask):
     code = mask_code(mask, -1)[0]
     assert _triton_prefill._ws_ready(q, poisoned[..., :128], poisoned[..., 128:], pb.kv.blocks, None, code)
     args = (bro[0], co[0], pb.input_row_offsets)
+    launches = _count_ws_launches(monkeypatch)
     got = ops.mla_prefill_kv_cache_ragged(q, poisoned[..., :128], poisoned[..., 128:], *args, pb.kv, 1, 0.1,
                                           mask=mask, return_lse=True, backend="triton")
+    assert launches == [1], "the warp-specialized kernel did not run"
+
     kb32 = k_buffer.float()
     want = ops.mla_prefill_kv_cache_ragged(q.float(), kb32[..., :128], kb32[..., 128:], *args, _float32_twin(pb.kv),
                                            1, 0.1, mask=mask, return_lse=True, backend="reference")
     low = ops.mla_prefill_kv_cache_ragged(q, k_buffer[..., :128], k_buffer[..., 128:], *args, pb.kv, 1, 0.1,
                                           mask=mask, return_lse=True, backend="reference")
+    assert_close_to_reference(got[0], want[0], low[0], eps=_bf16_step(want[0]), name="output")
+    assert_close_to_reference(got[1], want[1], low[1], eps=LSE_EPS, name="lse")
+
+
+def _count_ws_launches(monkeypatch) -> list[int]:
+    """A one-element list counting the warp-specialized kernel's launches (through `_launch_ws`)."""
+    count = [0]
+    launch = _triton_prefill._launch_ws
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return launch(*args, **kwargs)
+    monkeypatch.setattr(_triton_prefill, "_launch_ws", counted)
+    return count
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mask", ["causal", "null"])
+def test_gpu_prefill_warp_specialized_short_and_chunked(mask, monkeypatch):
+    """The warp-specialized kernel (Hopper) through `mla_prefill` with a 256-row buffer: several chunks (later
+    chunks start past their sequences' first key, outputs in float32), short sequences (fewer rows than a
+    64-row half tile), q laid out head-major; page 64, 16 heads, NaN-poisoned unused cache slots."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the warp-specialized kernel runs on Hopper only")
+    cached, new = [0, 200, 3, 90], [5, 1, 40, 300]
+    pb, q, weight = _mla_inputs(64, heads=16, nope=128, rope=64, v_dim=128, rank=512, dtype=torch.bfloat16,
+                                device="cuda", lengths=(cached, new))
+    q = q.transpose(0, 1).contiguous().transpose(0, 1)  # head-major: the head stride exceeds the row stride
+    scale = 192 ** -0.5
+    launches = _count_ws_launches(monkeypatch)
+    got = ops.mla_prefill(q, pb.input_row_offsets, pb.kv, 1, weight, scale, buffer_size=256, mask=mask,
+                          return_lse=True, backend="triton")
+    assert launches[0] >= 3, f"expected the warp-specialized kernel on every chunk, got {launches[0]} launches"
+    want = ops.mla_prefill(q.float(), pb.input_row_offsets, _float32_twin(pb.kv), 1, weight.float(), scale,
+                           buffer_size=256, mask=mask, return_lse=True, backend="reference")
+    low = _bf16_mla_prefill(q, pb, weight, scale, 256, mask)
     assert_close_to_reference(got[0], want[0], low[0], eps=_bf16_step(want[0]), name="output")
     assert_close_to_reference(got[1], want[1], low[1], eps=LSE_EPS, name="lse")
 

@@ -13,10 +13,11 @@ class PrefillConfig:
     `heads_inner`: program ids walk every head of one query tile before the next tile (a 1-D grid), so the
     heaviest causal tiles of all heads run first; else tile slots vary fastest (a 2-D grid, slot x head).
 
-    `warp_specialized`: the Gluon kernel of `pagedmla.kernels.prefill_ws` (Hopper; 128-row tiles, `block_n` keys
-    per block, `num_stages`-deep key and value rings; `num_warps` and `heads_inner` unused) for the inputs it
-    takes (bf16, DeepSeek's head sizes, the null and causal masks, an unscaled cache); other inputs run the
-    Triton kernel with the heuristic's tiles."""
+    `warp_specialized`: the Gluon kernel of `pagedmla.kernels.prefill_ws` (Hopper, Triton 3.6; 128-row tiles,
+    `block_n` keys per block, `num_stages`-deep key and value rings: 128 keys with 2 stages, or 64 keys with 2
+    or 3, what shared memory holds; `num_warps` and `heads_inner` unused) for the calls it takes (bf16,
+    DeepSeek's head sizes, the null and causal masks, an unscaled cache); other calls and configs run the Triton
+    kernel with the heuristic's tiles."""
 
     block_m: int = 128
     block_n: int = 128

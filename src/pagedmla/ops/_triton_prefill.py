@@ -16,14 +16,14 @@ from ..kernels.prefill import _gather_latent_kernel, _mla_prefill_kernel, _prefi
 from ._dispatch import interpreter_enabled
 from ._triton_cache_write import search_steps
 
-try:  # Gluon (Triton's explicit-layout dialect) ships with Triton 3.6; without it the Triton kernel runs
+# Gluon (Triton's explicit-layout dialect) changes between Triton releases: the warp-specialized prefill is
+# written and tested against Triton 3.6; with any other version the Triton kernel runs.
+_WS_AVAILABLE = tuple(int(x) for x in triton.__version__.split(".")[:2]) == (3, 6)
+if _WS_AVAILABLE:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
 
     from ..kernels.prefill_ws import _prefill_ws_kernel
-    _WS_AVAILABLE = True
-except ImportError:  # pragma: no cover
-    _WS_AVAILABLE = False
 
 
 def mla_prefill_plan(input_row_offsets, cache_lengths, page_size: int, buffer_size: int, max_chunks: int):
@@ -86,7 +86,8 @@ def _head_block(size: int) -> int:
 
 
 def _hopper(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+    """An NVIDIA Hopper GPU (warpgroup MMAs and TMA; ROCm devices also report type "cuda")."""
+    return device.type == "cuda" and torch.version.hip is None and torch.cuda.get_device_capability(device)[0] == 9
 
 
 def _tma_2d(x: torch.Tensor, width: int) -> torch.Tensor | None:
@@ -96,9 +97,10 @@ def _tma_2d(x: torch.Tensor, width: int) -> torch.Tensor | None:
     if x.dim() == 2:
         x = x[:, None]
     rows, heads, _ = x.shape
-    ok = (x.dtype == torch.bfloat16 and x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and rows > 0
-          and (x.stride(0) * 2) % 16 == 0 and (heads == 1 or (x.stride(1) * 2) % 16 == 0))
-    return x.as_strided((rows, (heads - 1) * x.stride(1) + width), (x.stride(0), 1)) if ok else None
+    cols = (heads - 1) * x.stride(1) + width
+    ok = (x.dtype == torch.bfloat16 and x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and 0 < rows < 2 ** 31
+          and cols < 2 ** 31 and (x.stride(0) * 2) % 16 == 0 and (heads == 1 or (x.stride(1) * 2) % 16 == 0))
+    return x.as_strided((rows, cols), (x.stride(0), 1)) if ok else None
 
 
 def _ws_ready(q, k, v, blocks, scales, mask_code: int) -> bool:
@@ -156,11 +158,14 @@ def mla_prefill_kv_cache_ragged(q, k, v, buffer_row_offsets, cache_offsets, inpu
     cfg = config or prefill_heuristic(fp8_cache=scales is not None, interpret=interpret, num_heads=num_heads,
                                       rows_per_sequence=num_rows / batch,
                                       hopper=not interpret and _hopper(q.device))
-    if cfg.warp_specialized and _ws_ready(q, k, v, blocks, scales, mask_code):
+    # the kernel's shared memory holds 2-3 stages of 64- or 128-key blocks; one stage would deadlock its rings
+    ws_config = cfg.block_n in (64, 128) and cfg.num_stages in ((2, 3) if cfg.block_n == 64 else (2,))
+    if (cfg.warp_specialized and ws_config and not interpret and _hopper(q.device)
+            and _ws_ready(q, k, v, blocks, scales, mask_code)):
         _launch_ws(cfg, q, k, v, buffer_row_offsets, cache_offsets, input_row_offsets, blocks, cache_lengths,
                    lookup_table, layer_idx, scale, mask_code, out, lse)
         return
-    if cfg.warp_specialized:  # inputs the warp-specialized kernel does not take: the Triton kernel's tiles
+    if cfg.warp_specialized:  # calls the warp-specialized kernel does not take: the Triton kernel's tiles
         cfg = prefill_heuristic(fp8_cache=scales is not None, interpret=interpret, num_heads=num_heads,
                                 rows_per_sequence=num_rows / batch)
     nope, v_dim = k.shape[-1], v.shape[-1]
