@@ -228,3 +228,37 @@ CASES.update({"k-matmul-heuristic-4096": partial(k_matmul, 128, 128, 64, 8, 3, 1
               "k-matmul-tail-in-main-w4-s5": partial(k_matmul, 128, 128, 64, 4, 5, 1, 64, 4, tail_in_main=True),
               "k-matmul-stream-s3": partial(k_matmul, 128, 128, 64, 8, 3, 1, 64, 1, True),
               "k-matmul-stream-s4": partial(k_matmul, 128, 128, 64, 8, 4, 1, 64, 1, True)})
+
+
+def prefill_ws(block_n: int, stages: int):
+    """The warp-specialized Gluon prefill (`kernels.prefill_ws`), causal, with the TMA descriptors the launcher
+    builds for DeepSeek's head sizes (k and v as views of one [T, H, 256] buffer)."""
+    import torch
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.runtime.jit import mangle_type
+
+    from pagedmla.kernels.prefill_ws import _prefill_ws_kernel
+    from pagedmla.ops._triton_prefill import _tma_2d
+
+    rows, heads = 1024, 4
+    q = torch.empty(rows, heads, 192, dtype=torch.bfloat16)
+    kv = torch.empty(rows, heads, 256, dtype=torch.bfloat16)
+    out = torch.empty(rows, heads, 128, dtype=torch.bfloat16)
+    rope = torch.empty(rows, 64, dtype=torch.bfloat16)
+
+    def desc(x2d, block):
+        return TensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))
+    q2d = _tma_2d(q, 192)
+    descs = {"qn_desc": desc(q2d, [64, 128]), "qr_desc": desc(q2d, [64, 64]),
+             "k_desc": desc(_tma_2d(kv[..., :128], 128), [block_n, 128]), "kr_desc": desc(rope, [block_n, 64]),
+             "v_desc": desc(_tma_2d(kv[..., 128:], 128), [block_n, 128]), "o_desc": desc(_tma_2d(out, 128), [64, 128])}
+    types = {name: mangle_type(d) for name, d in descs.items()}
+    types.update(out_ptr="*bf16", lse_ptr="*fp32", bro_ptr="*i32", co_ptr="*i32", offsets_ptr="*i32",
+                 cache_lengths_ptr="*i32")
+    const = dict(CAUSAL=True, TMA_OUT=True, BLOCK_N=block_n, STAGES=stages, SEARCH_CHUNKS=1, SEARCH_BLOCK=128,
+                 CONSUMER_REGS=232, LOADER_REGS=24)
+    return _prefill_ws_kernel, types, const, 4, stages
+
+
+CASES.update({"prefill-ws": partial(prefill_ws, 128, 2), "prefill-ws-n64-s3": partial(prefill_ws, 64, 3)})

@@ -49,6 +49,10 @@ def compile_kernel(fn, types, constexprs, num_warps, num_stages, unaligned=(), m
              if name not in unaligned and i not in jit.do_not_specialize}
     src = ASTSource(jit, sig, constexprs={(jit.arg_names.index(k),): v for k, v in constexprs.items()},
                     attrs=attrs)
+    if type(jit).__name__ == "GluonJITFunction":  # a Gluon kernel (explicit layouts) has a source type of its own
+        from triton.experimental.gluon._runtime import GluonASTSource
+        src = GluonASTSource(jit, sig, constexprs={(jit.arg_names.index(k),): v for k, v in constexprs.items()},
+                             attrs=attrs)
     target = GPUTarget("cuda", 90, 128)
     options = {"num_warps": num_warps, "num_stages": num_stages}
     if maxnreg:
