@@ -137,11 +137,13 @@ def _launch_ws(cfg: PrefillConfig, q, k, v, buffer_row_offsets, cache_offsets, i
     slots = num_rows // 128 + batch
     _prefill_ws_kernel[(slots, num_heads)](
         desc(q2d, [64, 128]), desc(q2d, [64, 64]), desc(k2d, [bn, 128]), desc(rope, [bn, 64]), desc(v2d, [bn, 128]),
-        desc(o2d, [64, 128]) if o2d is not None else desc(q2d, [64, 128]), out, lse, buffer_row_offsets, cache_offsets, input_row_offsets, cache_lengths,
-        batch, scale * math.log2(math.e), q.stride(1), k.stride(1), v.stride(1), out.stride(0), out.stride(1),
-        out.stride(2), lse.stride(0), lse.stride(1),
-        CAUSAL=mask_code == 1, TMA_OUT=o2d is not None, BLOCK_N=bn, STAGES=cfg.num_stages, SEARCH_CHUNKS=triton.cdiv(batch, _SEARCH_BLOCK),
-        SEARCH_BLOCK=_SEARCH_BLOCK, CONSUMER_REGS=232, LOADER_REGS=24, num_warps=4,
+        # without a TMA-readable output every row leaves by pointer stores and this descriptor is never read
+        desc(o2d if o2d is not None else q2d, [64, 128]), out, lse, buffer_row_offsets, cache_offsets,
+        input_row_offsets, cache_lengths, batch, scale * math.log2(math.e), q.stride(1), k.stride(1), v.stride(1),
+        out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
+        CAUSAL=mask_code == 1, TMA_OUT=o2d is not None, BLOCK_N=bn, STAGES=cfg.num_stages,
+        SEARCH_CHUNKS=triton.cdiv(batch, _SEARCH_BLOCK), SEARCH_BLOCK=_SEARCH_BLOCK, CONSUMER_REGS=232,
+        LOADER_REGS=24, num_warps=4,
     )
 
 
@@ -155,13 +157,12 @@ def mla_prefill_kv_cache_ragged(q, k, v, buffer_row_offsets, cache_offsets, inpu
     if num_rows == 0 or batch == 0:
         return
     interpret = interpreter_enabled()
+    hopper = not interpret and _hopper(q.device)
     cfg = config or prefill_heuristic(fp8_cache=scales is not None, interpret=interpret, num_heads=num_heads,
-                                      rows_per_sequence=num_rows / batch,
-                                      hopper=not interpret and _hopper(q.device))
+                                      rows_per_sequence=num_rows / batch, hopper=hopper)
     # the kernel's shared memory holds 2-3 stages of 64- or 128-key blocks; one stage would deadlock its rings
     ws_config = cfg.block_n in (64, 128) and cfg.num_stages in ((2, 3) if cfg.block_n == 64 else (2,))
-    if (cfg.warp_specialized and ws_config and not interpret and _hopper(q.device)
-            and _ws_ready(q, k, v, blocks, scales, mask_code)):
+    if cfg.warp_specialized and ws_config and hopper and _ws_ready(q, k, v, blocks, scales, mask_code):
         _launch_ws(cfg, q, k, v, buffer_row_offsets, cache_offsets, input_row_offsets, blocks, cache_lengths,
                    lookup_table, layer_idx, scale, mask_code, out, lse)
         return
