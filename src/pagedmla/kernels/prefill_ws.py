@@ -190,8 +190,8 @@ def _loader(qn_desc, qr_desc, k_desc, kr_desc, v_desc, qn_s, qr_s, kn_s, kr_s, v
 @gluon.jit
 def _prefill_ws_kernel(
     qn_desc, qr_desc, k_desc, kr_desc, v_desc, o_desc, out_ptr, lse_ptr, bro_ptr, co_ptr, offsets_ptr,
-    cache_lengths_ptr, batch, qk_scale, stride_q_h, stride_k_h, stride_v_h, stride_o_t, stride_o_h, stride_o_d, stride_lse_t,
-    stride_lse_h,
+    cache_lengths_ptr, batch, qk_scale, stride_q_h, stride_k_h, stride_v_h, stride_o_t, stride_o_h, stride_o_d,
+    stride_lse_t, stride_lse_h,
     CAUSAL: gl.constexpr, TMA_OUT: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
     SEARCH_CHUNKS: gl.constexpr,
     SEARCH_BLOCK: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
