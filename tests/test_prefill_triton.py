@@ -268,6 +268,32 @@ def test_prefill_warp_specialized_inputs():
     assert torch.equal(view[:, 2 * 256: 2 * 256 + 128], v[:, 2])
 
 
+def test_gather_rope_rows():
+    """The rope columns the warp-specialized prefill gathers per buffer row (`_gather_rows` on the cache's last
+    16 columns): the cache row at that row's position, for every chunk's valid rows."""
+    pb = _batch(3)
+    kv = pb.kv
+    buffer_size = _buffer_for(pb)
+    bro, co, lengths = ops.mla_prefill_plan(pb.input_row_offsets, kv, buffer_size, 8, backend="reference")
+    totals = [c + n for c, n in zip(pb.cache_lengths, pb.new_lengths)]
+    checked = 0
+    for c, length in enumerate(lengths.tolist()):
+        if length <= 0:
+            continue
+        rope = _nan(buffer_size, 16)
+        _triton_prefill._gather_rows(bro[c], co[c], kv.lookup_table, kv.blocks[..., 64:], None, 0, 1, rope,
+                                     buffer_size, DecompressConfig(gather_rows=8, gather_warps=1))
+        starts, offs = bro[c].tolist(), co[c].tolist()
+        for b in range(len(totals)):
+            for r in range(starts[b], starts[b + 1]):
+                pos = r - starts[b] + offs[b]
+                if pos < totals[b]:
+                    page = int(kv.lookup_table[b, pos // kv.page_size])
+                    assert torch.equal(rope[r], kv.blocks[page, 0, 1, pos % kv.page_size, 0, 64:]), (c, b, r)
+                    checked += 1
+    assert checked == sum(totals)
+
+
 def test_prefill_warp_specialized_config_off_hopper():
     """A config that asks for the warp-specialized kernel where it cannot run (the interpreter, float32 inputs)
     runs the Triton kernel with the heuristic's tiles, and gives the reference's answer."""

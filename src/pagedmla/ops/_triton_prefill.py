@@ -54,25 +54,32 @@ def _scales_args(blocks, scales, granularity: int):
     return scales, (scales.stride(0), scales.stride(2), scales.stride(3)), group, True
 
 
+def _gather_rows(buffer_row_offsets, cache_offsets, lookup_table, blocks, scales, quant_granularity: int,
+                 layer_idx: int, out, num_rows: int, cfg: DecompressConfig) -> None:
+    """out[r] = the first `out.shape[1]` columns of `blocks` (a view, possibly offset along the row) at the cache
+    position behind buffer row r < num_rows (`_gather_latent_kernel`; FP8 rows dequantize with `scales`)."""
+    batch = cache_offsets.shape[0]
+    rank = out.shape[1]
+    scales_ptr, (s_b, s_l, s_s), group, scaled = _scales_args(blocks, scales, quant_granularity)
+    _gather_latent_kernel[(triton.cdiv(num_rows, cfg.gather_rows),)](
+        buffer_row_offsets, cache_offsets, lookup_table, blocks, scales_ptr, out,
+        num_rows, batch, layer_idx, blocks.shape[3], lookup_table.shape[1], blocks.shape[0],
+        lookup_table.stride(0), blocks.stride(0), blocks.stride(2), blocks.stride(3), s_b, s_l, s_s, out.stride(0),
+        RANK=rank, BLOCK_RANK=triton.next_power_of_2(rank), BLOCK_R=cfg.gather_rows, GROUP=group, SCALED=scaled,
+        SEARCH_STEPS=search_steps(batch), num_warps=cfg.gather_warps,
+    )
+
+
 def mla_decompress_k_cache_ragged_paged(buffer_row_offsets, cache_offsets, buffer_length: int, weight, blocks,
                                         cache_lengths, lookup_table, scales, quant_granularity: int, layer_idx: int,
                                         k_latent_buffer, k_buffer, config: DecompressConfig | None = None) -> None:
     """Gather the chunk's latent rows into k_latent_buffer (Triton), then `k_buffer[:buffer_length] =
     latent @ weight.T` with torch.matmul (cuBLAS) on the contiguous rows."""
-    batch = cache_offsets.shape[0]
-    if buffer_length <= 0 or batch == 0:
+    if buffer_length <= 0 or cache_offsets.shape[0] == 0:
         return
     cfg = config or decompress_heuristic(interpret=interpreter_enabled())
-    rank = weight.shape[1]
-    scales_ptr, (s_b, s_l, s_s), group, scaled = _scales_args(blocks, scales, quant_granularity)
-    _gather_latent_kernel[(triton.cdiv(buffer_length, cfg.gather_rows),)](
-        buffer_row_offsets, cache_offsets, lookup_table, blocks, scales_ptr, k_latent_buffer,
-        buffer_length, batch, layer_idx, blocks.shape[3], lookup_table.shape[1], blocks.shape[0],
-        lookup_table.stride(0), blocks.stride(0), blocks.stride(2), blocks.stride(3), s_b, s_l, s_s,
-        k_latent_buffer.stride(0),
-        RANK=rank, BLOCK_RANK=triton.next_power_of_2(rank), BLOCK_R=cfg.gather_rows, GROUP=group, SCALED=scaled,
-        SEARCH_STEPS=search_steps(batch), num_warps=cfg.gather_warps,
-    )
+    _gather_rows(buffer_row_offsets, cache_offsets, lookup_table, blocks, scales, quant_granularity, layer_idx,
+                 k_latent_buffer, buffer_length, cfg)
     torch.mm(k_latent_buffer[:buffer_length], weight.t(), out=k_buffer[:buffer_length])
 
 
@@ -119,15 +126,8 @@ def _launch_ws(cfg: PrefillConfig, q, k, v, buffer_row_offsets, cache_offsets, i
     batch = cache_lengths.shape[0]
     buffer_rows = k.shape[0]
     rope = torch.empty((buffer_rows, 64), dtype=torch.bfloat16, device=q.device)
-    rope_cols = blocks[..., blocks.shape[5] - 64:]
-    gather = decompress_heuristic()
-    _gather_latent_kernel[(triton.cdiv(buffer_rows, gather.gather_rows),)](
-        buffer_row_offsets, cache_offsets, lookup_table, rope_cols, rope_cols, rope,
-        buffer_rows, batch, layer_idx, blocks.shape[3], lookup_table.shape[1], blocks.shape[0],
-        lookup_table.stride(0), blocks.stride(0), blocks.stride(2), blocks.stride(3), 0, 0, 0, rope.stride(0),
-        RANK=64, BLOCK_RANK=64, BLOCK_R=gather.gather_rows, GROUP=1, SCALED=False,
-        SEARCH_STEPS=search_steps(batch), num_warps=gather.gather_warps,
-    )
+    _gather_rows(buffer_row_offsets, cache_offsets, lookup_table, blocks[..., blocks.shape[5] - 64:], None, 0,
+                 layer_idx, rope, buffer_rows, decompress_heuristic())
 
     def desc(x2d, block):
         return GluonTensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block,
