@@ -186,14 +186,15 @@ def configs_for(case: Case, extra: list[DecodeConfig] | None = None) -> list[Dec
 
 
 def parse_config(text: str) -> DecodeConfig:
-    """`block_m,block_n,warps,stages[,prefetch][,interior][,r<N>]`: `prefetch` loads the table entries a block
-    ahead, `interior` runs the fully visible key blocks in an unmasked loop of their own, `r<N>` caps the
-    registers per thread at N."""
+    """`block_m,block_n,warps,stages[,prefetch][,interior][,ws][,r<N>]`: `prefetch` loads the table entries a
+    block ahead, `interior` runs the fully visible key blocks in an unmasked loop of their own, `ws` takes the
+    warp-specialized Gluon kernel where it applies, `r<N>` caps the registers per thread at N."""
     parts = text.split(",")
     m, n, w, st = (int(x) for x in parts[:4])
     regs = [int(x[1:]) for x in parts[4:] if x.startswith("r")]
     return DecodeConfig(block_m=m, block_n=n, num_warps=w, num_stages=st, prefetch_table="prefetch" in parts[4:],
-                        unmasked_interior="interior" in parts[4:], maxnreg=regs[0] if regs else None)
+                        unmasked_interior="interior" in parts[4:], maxnreg=regs[0] if regs else None,
+                        warp_specialized="ws" in parts[4:])
 
 
 def kernel_times(fn, calls: int = 20) -> dict[str, float]:
@@ -284,7 +285,8 @@ def main() -> None:
                        "default": (cfg is None or cfg == cfgs[0]) and plan is default_plan}
                 results.append(row)
                 tag = "default" if cfg is None else (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages,
-                                                     cfg.prefetch_table, cfg.unmasked_interior, cfg.maxnreg)
+                                                     cfg.prefetch_table, cfg.unmasked_interior, cfg.maxnreg,
+                                                     "ws" if cfg.warp_specialized else "")
                 print(f"  B{batch} N{keys} H{heads} q{q_len}{' fp8' if fp8 else ''} W{w} {tag}: "
                       f"{row['us']:.1f} us  {row['tbps']:.2f} TB/s  {row['tflops']:.0f} TFLOP/s  err {err:.2e}",
                       flush=True)
@@ -318,7 +320,8 @@ def main() -> None:
         default = next((r for r in rows if r["default"]), rows[0])
         best = min(rows, key=lambda r: r["us"])
         c = best["config"]
-        cfg = "default" if c is None else f"{c['block_m']},{c['block_n']},{c['num_warps']},{c['num_stages']}"
+        cfg = "default" if c is None else (f"{c['block_m']},{c['block_n']},{c['num_warps']},{c['num_stages']}"
+                                           + (",ws" if c.get("warp_specialized") else ""))
         print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]}{' fp8' if key[4] else ''} | {default['us']:.1f} | {best['us']:.1f} | "
               f"{cfg} W{best['workers']} | {best['tbps']:.2f} | {best['tflops']:.0f} | {best['copy_frac']:.2f} | "
               f"{best['mm_frac']:.2f} | {best.get('plan_us', float('nan')):.1f} |")

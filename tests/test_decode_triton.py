@@ -856,3 +856,55 @@ def test_gpu_e4m3_to_bf16_is_exact_for_every_byte():
     out = torch.empty(1024, dtype=torch.bfloat16, device="cuda")
     convert[(1,)](x, out, BLOCK=1024)
     assert torch.equal(out.view(torch.int16), x.to(torch.bfloat16).view(torch.int16))
+
+
+# ------------------------------------------------------------------- GPU tier: the warp-specialized kernel
+
+WS_CASES = [
+    pytest.param(128, 64, [1000, 0, 63, 4000, 129, 7], [1, 2, 1, 1, 4, 0], id="H128-ps64-mtp"),
+    pytest.param(64, 128, [2000, 127, 5, 700], [1, 2, 1, 3], id="H64-ps128-mtp"),
+    pytest.param(128, 64, [(37 * i) % 700 for i in range(20)], [1 + i % 2 for i in range(20)], id="H128-ps64-B20"),
+]
+
+
+def _count_ws_launches(monkeypatch) -> list[int]:
+    """A one-element list counting the warp-specialized kernel's launches (through `_launch_ws`)."""
+    calls = [0]
+    launch = _triton_decode._launch_ws
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return launch(*args, **kwargs)
+    monkeypatch.setattr(_triton_decode, "_launch_ws", counted)
+    return calls
+
+
+def run_ws(pb, q, *, mask="causal", window=-1, sink=None, parts=None):
+    """The dense decode through `launch_decode` with the warp-specialized config (output pre-filled with NaN)."""
+    heads = q.shape[1]
+    plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=heads, num_partitions=parts, backend="triton")
+    out = torch.full((q.shape[0], heads, 512), float("nan"), dtype=q.dtype, device=q.device)
+    lse = torch.full((q.shape[0], heads), float("nan"), device=q.device)
+    cfg = DecodeConfig(block_m=64, block_n=64, num_warps=8, num_stages=2, warp_specialized=True)
+    _triton_decode.launch_decode(q, pb.input_row_offsets, pb.kv.blocks, pb.kv.cache_lengths, pb.kv.lookup_table, 1,
+                                 SCALE, pm.MASKS[mask], max(window, 0), out, lse, plan.schedule,
+                                 max_seq_length=max(pb.new_lengths), attn_sink=sink, qk_rope_head_dim=64, config=cfg)
+    return out, lse
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads,page_size,cache,new", WS_CASES)
+@pytest.mark.parametrize("mask,window", [("causal", -1), ("null", -1), ("sliding_window_causal", 100),
+                                         ("sliding_window_noncausal", 37), ("chunked_causal", 50)])
+@pytest.mark.parametrize("parts", [None, 7, 300], ids=["plan", "W7", "W300"])
+def test_gpu_warp_specialized(heads, page_size, cache, new, mask, window, parts, monkeypatch):
+    """The Gluon kernel (every schedule: whole sequences, pieces, workers with empty ranges) against the
+    reference, on caches with NaN in unused slots and huge ids past the used pages."""
+    pb, q = batch(cache, new, heads=heads, head_size=576, page_size=page_size, dtype=torch.bfloat16, seed=61,
+                  device="cuda")
+    sink = torch.randn(heads, generator=torch.Generator().manual_seed(5)).cuda() if mask == "causal" else None
+    launches = _count_ws_launches(monkeypatch)
+    got, lse = run_ws(pb, q, mask=mask, window=window, sink=sink, parts=parts)
+    assert launches[0] == 1
+    want, want_lse = reference(pb, q, mask, window, sink, rope=64)
+    check_lowprec(pb, q, got, lse, want, want_lse, mask=mask, window=window, sink=sink, rope=64)

@@ -30,6 +30,9 @@ class DecodeConfig:
             keep them); off: one masked loop over every block. On the H200 (bf16, 64-row tiles, 128 heads) it
             took 1219 -> 1112 us at B128 N8192 and 323 -> 296 us at B64 N4096 (see `heuristic` for 16 rows).
         maxnreg: cap on registers per thread (None: the compiler's choice), so that more programs share an SM.
+        warp_specialized: run the Gluon kernel `pagedmla.kernels.mla_decode_ws` (a TMA loader warp and two
+            consumer warpgroups) where it applies (`ops._triton_decode.decode_ws_ready`: Hopper, bf16, 512 + 64
+            dims, heads and page size multiples of 64); other calls run `_mla_decode_kernel` with this config.
     """
 
     block_m: int = 64
@@ -39,6 +42,7 @@ class DecodeConfig:
     prefetch_table: bool = False
     unmasked_interior: bool = False
     maxnreg: int | None = None
+    warp_specialized: bool = False
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,14 @@ from ._dispatch import interpreter_enabled
 from ._fp8_tiles import _TL_DTYPES, _tile_mode, compute_dtype
 from .decode import DecodePlan
 
+# the Gluon kernel is written against Triton 3.6's Gluon API (which changes between releases)
+_WS_AVAILABLE = tuple(int(x) for x in triton.__version__.split(".")[:2]) == (3, 6)
+if _WS_AVAILABLE:
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
+
+    from ..kernels.mla_decode_ws import _mla_decode_ws_kernel
+
 # logits are scaled by scale * log2(e) so the kernels use exp2
 _LOG2E = 1.0 / math.log(2.0)
 _PLAN_BLOCK_B = 64
@@ -147,6 +155,63 @@ def _scale_modes(blocks, scales, granularity: int, kv_lora_rank: int, rope: int,
     return group, _tile_mode(0, kv_lora_rank, group) + _tile_mode(kv_lora_rank, rope, group)
 
 
+def _ws_cache_rows(blocks: torch.Tensor, layer_idx: int) -> tuple[torch.Tensor, int, int] | None:
+    """The cache `[num_blocks, 1, num_layers, page_size, 1, 576]` as TMA rows: (a 2-D view `[rows, 576]`,
+    rows per page, the layer's first row), or None when TMA cannot read it (16-byte alignment, page and layer
+    strides that are whole rows)."""
+    sb, sl, ss = blocks.stride(0), blocks.stride(2), blocks.stride(3)
+    if (blocks.stride(5) != 1 or ss <= 0 or sb % ss or sl % ss or (ss * 2) % 16 or blocks.data_ptr() % 16
+            or blocks.dtype != torch.bfloat16):
+        return None
+    num_blocks, _, num_layers, page_size = blocks.shape[:4]
+    rows = (num_blocks - 1) * (sb // ss) + (num_layers - 1) * (sl // ss) + page_size
+    if rows >= 2 ** 31:
+        return None
+    return blocks.as_strided((rows, blocks.shape[5]), (ss, 1)), sb // ss, layer_idx * (sl // ss)
+
+
+def _ws_q_rows(q: torch.Tensor) -> torch.Tensor | None:
+    """q `[T, H, 576]` as TMA rows `[T * H, 576]` (row = token * H + head), or None when its strides do not
+    allow it."""
+    rows, heads, width = q.shape
+    if (q.dtype != torch.bfloat16 or q.stride(2) != 1 or q.stride(0) != heads * q.stride(1) or (q.stride(1) * 2) % 16
+            or q.data_ptr() % 16 or rows * heads >= 2 ** 31):
+        return None
+    return q.as_strided((rows * heads, width), (q.stride(1), 1))
+
+
+def decode_ws_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx: int) -> bool:
+    """Whether the warp-specialized kernel (`kernels.mla_decode_ws`) can take this call: Triton 3.6 on a Hopper
+    GPU, bf16 q, cache and output, DeepSeek's 512 + 64 dims, heads a multiple of 64, pages a multiple of 64
+    slots, no FP8 scales, TMA-readable q and cache."""
+    return (_WS_AVAILABLE and q.device.type == "cuda" and torch.version.hip is None
+            and torch.cuda.get_device_capability(q.device)[0] == 9 and scales is None and q_scale is None
+            and not rope_aware and out.dtype == torch.bfloat16 and out.shape[-1] == 512 and q.shape[-1] == 576
+            and blocks.shape[5] == 576 and q.shape[1] % 64 == 0 and blocks.shape[3] % 64 == 0
+            and _ws_q_rows(q) is not None and _ws_cache_rows(blocks, layer_idx) is not None)
+
+
+def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx: int, scale: float,
+               mask_code: int, window: int, out, lse, schedule, sink, part_out, part_lse, num_tiles: int,
+               stages: int = 2) -> None:
+    """`_mla_decode_ws_kernel` over the Triton kernel's grid (64-row tiles), with its partial-result buffers."""
+    batch = cache_lengths.shape[0]
+    num_workers = schedule.shape[0] - 1 - batch
+    cache2d, page_rows, layer_row0 = _ws_cache_rows(blocks, layer_idx)
+    q2d = _ws_q_rows(q)
+
+    def desc(x2d, block):
+        return GluonTensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block,
+                                                                                                  gl.bfloat16))
+    _mla_decode_ws_kernel[(num_workers * num_tiles,)](
+        desc(q2d, [64, 256]), desc(q2d, [64, 64]), desc(cache2d, [32, 256]), desc(cache2d, [32, 64]), out, lse,
+        input_row_offsets, cache_lengths, lookup_table, schedule, sink, part_out, part_lse,
+        batch, q.shape[1], num_workers, num_tiles, mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows,
+        layer_row0, lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
+        part_out.stride(0), part_out.stride(1), part_lse.stride(0),
+        HAS_SINK=sink is not lse, STAGES=stages, CONSUMER_REGS=232, LOADER_REGS=40, num_warps=4)
+
+
 def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx: int, scale: float,
                   mask_code: int, window: int, out, lse, schedule, *, max_seq_length: int, attn_sink=None,
                   qk_rope_head_dim: int = 64, scales=None, q_scale=None, quant_granularity: int = 0,
@@ -202,21 +267,26 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
     part_lse = torch.empty((part_out.shape[0], rows_pad), dtype=torch.float32, device=q.device)
     sink = attn_sink if attn_sink is not None else lse
     s_strides = (scales.stride(0), scales.stride(2), scales.stride(3)) if scales is not None else (0, 0, 0)
-    _mla_decode_kernel[(num_workers * num_tiles,)](
-        q, out, lse, blocks, input_row_offsets, cache_lengths, lookup_table, schedule, sink, part_out, part_lse,
-        scales if scales is not None else blocks, q_scale if q_fp8 else q, rope_view, q_rope,
-        batch, num_heads, num_workers, num_tiles, layer_idx, blocks.shape[3], mask_code, window, scale * _LOG2E,
-        q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), lookup_table.stride(0),
-        blocks.stride(0), blocks.stride(2), blocks.stride(3), part_out.stride(0), part_out.stride(1),
-        part_lse.stride(0), *s_strides, rope_view.stride(0), rope_view.stride(2), rope_view.stride(3),
-        q_rope.stride(0), q_rope.stride(1),
-        KV_LORA_RANK=kv_lora_rank, ROPE_DIM=rope, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        HAS_SINK=attn_sink is not None, BLOCK_IN_PAGE=blocks.shape[3] % cfg.block_n == 0, IEEE=ieee,
-        INTERPRET=interpret, QUANT=quant, Q_SCALED=q_fp8, G=group, LAT_MODE=modes[0], LAT_NG=modes[1],
-        LAT_GS=modes[2], ROPE_MODE=modes[3], ROPE_NG=modes[4], ROPE_GS=modes[5], CD=_TL_DTYPES[cd],
-        ROPE_AWARE=rope_aware, ROPE_OFF=rope_off, Q_ROPE_OFF=q_rope_off, SPLIT_QS=q_fp8 and rope_aware,
-        PREFETCH_TABLE=cfg.prefetch_table, UNMASKED_INTERIOR=cfg.unmasked_interior,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
+    if cfg.warp_specialized and cfg.block_m == 64 and decode_ws_ready(q, blocks, out, scales, q_scale if q_fp8 else None,
+                                                                       rope_aware, layer_idx):
+        _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx, scale, mask_code, window,
+                   out, lse, schedule, sink, part_out, part_lse, num_tiles)
+    else:
+        _mla_decode_kernel[(num_workers * num_tiles,)](
+            q, out, lse, blocks, input_row_offsets, cache_lengths, lookup_table, schedule, sink, part_out, part_lse,
+            scales if scales is not None else blocks, q_scale if q_fp8 else q, rope_view, q_rope,
+            batch, num_heads, num_workers, num_tiles, layer_idx, blocks.shape[3], mask_code, window, scale * _LOG2E,
+            q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), lookup_table.stride(0),
+            blocks.stride(0), blocks.stride(2), blocks.stride(3), part_out.stride(0), part_out.stride(1),
+            part_lse.stride(0), *s_strides, rope_view.stride(0), rope_view.stride(2), rope_view.stride(3),
+            q_rope.stride(0), q_rope.stride(1),
+            KV_LORA_RANK=kv_lora_rank, ROPE_DIM=rope, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            HAS_SINK=attn_sink is not None, BLOCK_IN_PAGE=blocks.shape[3] % cfg.block_n == 0, IEEE=ieee,
+            INTERPRET=interpret, QUANT=quant, Q_SCALED=q_fp8, G=group, LAT_MODE=modes[0], LAT_NG=modes[1],
+            LAT_GS=modes[2], ROPE_MODE=modes[3], ROPE_NG=modes[4], ROPE_GS=modes[5], CD=_TL_DTYPES[cd],
+            ROPE_AWARE=rope_aware, ROPE_OFF=rope_off, Q_ROPE_OFF=q_rope_off, SPLIT_QS=q_fp8 and rope_aware,
+            PREFETCH_TABLE=cfg.prefetch_table, UNMASKED_INTERIOR=cfg.unmasked_interior,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     if split:
         ccfg = combine_config or combine_heuristic(num_workers=num_workers, batch=batch,
                                                    kv_lora_rank=kv_lora_rank, interpret=interpret)
