@@ -94,13 +94,6 @@ def _loader(q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, q_ready, q_e
         active, whole, lo, hi, k_lo, n_blocks, q_tok, head0 = _piece(
             schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, batch, num_heads, num_workers, mask_code, window)
         if n_blocks > 0:
-            # q tile: rows (token, heads head0..head0+63) of q viewed as [T * H, 576]
-            q_row = q_tok * num_heads + head0
-            mbarrier.wait(q_empty, (pieces & 1) ^ 1)
-            mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes + qr_desc.block_type.nbytes)
-            for ch in gl.static_range(2):
-                tma.async_copy_global_to_shared(q_desc, [q_row, COLS * ch], q_ready, q_s.index(ch))
-            tma.async_copy_global_to_shared(qr_desc, [q_row, D_LAT], q_ready, qr_s)
             lookup_row = lookup_ptr + b.to(gl.int64) * stride_lt_b
             page = gl.load(lookup_row + k_lo // page_size)
             for i in range(n_blocks):
@@ -121,6 +114,15 @@ def _loader(q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, q_ready, q_e
                     tma.async_copy_global_to_shared(kr_desc, [row + KEYS * kh, D_LAT], bar, kr_s.index(st * 2 + kh))
                 page = page_next
                 c += 1
+                if i == 0:
+                    # the q tile after the piece's first block: that block's copy need not wait for the previous
+                    # piece to finish with q. Rows (token, heads head0..head0+63) of q viewed as [T * H, 576]
+                    q_row = q_tok * num_heads + head0
+                    mbarrier.wait(q_empty, (pieces & 1) ^ 1)
+                    mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes + qr_desc.block_type.nbytes)
+                    for ch in gl.static_range(2):
+                        tma.async_copy_global_to_shared(q_desc, [q_row, COLS * ch], q_ready, q_s.index(ch))
+                    tma.async_copy_global_to_shared(qr_desc, [q_row, D_LAT], q_ready, qr_s)
             pieces += 1
 
 
@@ -229,10 +231,14 @@ def _consumer(C: gl.constexpr, q_s, qr_s, k_s, kr_s, p_x, m_x, q_ready, q_empty,
                         if k0 + 2 * BLOCK_N > hi:
                             cleans = _clean_edge(k_s, clean, cleans, nst, k0 + BLOCK_N, lo, hi, C)
                         s_next = _issue_logits(q_s, qr_s, k_s, kr_s, nst, C)
-                        acc, s = warpgroup_mma_wait(num_outstanding=0, deps=(pv, s_next))
+                        # P @ V retires before the next logits' three MMA groups: release the slot then, so
+                        # the loader refills it while the logits run
+                        acc = warpgroup_mma_wait(num_outstanding=3, deps=(pv,))
+                        mbarrier.arrive(k_empty.index(st))
+                        s = warpgroup_mma_wait(num_outstanding=0, deps=(s_next,))
                     else:
                         acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
-                    mbarrier.arrive(k_empty.index(st))
+                        mbarrier.arrive(k_empty.index(st))
                     c += 1
                 mbarrier.arrive(q_empty)
                 pieces += 1
