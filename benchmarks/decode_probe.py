@@ -231,7 +231,7 @@ def main() -> None:
                         help="B,N,H,q[,fp8]: run these cases instead of --cases (repeatable)")
     parser.add_argument("--config", action="append", default=[],
                         help="with --sweep: time these configs (see parse_config) instead of the search space")
-    parser.add_argument("--workers", default="", help="with --sweep: comma-separated worker counts to add")
+    parser.add_argument("--workers", default="", help="with --sweep: comma-separated worker counts to add (`none`: only the default plan)")
     parser.add_argument("--tail-cost", default="",
                         help="with --sweep: comma-separated DecodePlanConfig.tail_cost values to add (default workers)")
     parser.add_argument("--combine", action="append", default=[],
@@ -257,7 +257,7 @@ def main() -> None:
         plans = {default_plan.num_partitions: default_plan}
         if args.sweep:
             if args.workers:
-                for w in (int(x) for x in args.workers.split(",")):
+                for w in (int(x) for x in args.workers.split(",") if x.isdigit()):
                     plans.setdefault(w, case.plan(w))
             else:
                 tiles = -(-heads * q_len // configs_for(case)[0].block_m)

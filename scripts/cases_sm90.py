@@ -264,7 +264,7 @@ def prefill_ws(block_n: int, stages: int):
 CASES.update({"prefill-ws": partial(prefill_ws, 128, 2), "prefill-ws-n64-s3": partial(prefill_ws, 64, 3)})
 
 
-def decode_ws(stages: int):
+def decode_ws():
     """The warp-specialized Gluon decode (`kernels.mla_decode_ws`) with the descriptors its launcher builds
     for DeepSeek's dims (128 heads, a 64-slot page cache of 2 layers)."""
     import torch
@@ -282,13 +282,13 @@ def decode_ws(stages: int):
 
     def desc(x2d, block):
         return TensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))
-    descs = {"q_desc": desc(q2d, [64, 256]), "qr_desc": desc(q2d, [64, 64]), "k_desc": desc(cache2d, [32, 256]),
-             "kr_desc": desc(cache2d, [32, 64])}
+    descs = {"q_desc": desc(q2d, [64, 256]), "qr_desc": desc(q2d, [64, 64]), "k_desc": desc(cache2d, [64, 256]),
+             "kr_desc": desc(cache2d, [64, 64])}
     types = {name: mangle_type(d) for name, d in descs.items()}
     types.update(out_ptr="*bf16", lse_ptr="*fp32", offsets_ptr="*i32", cache_lengths_ptr="*i32", lookup_ptr="*i32",
                  schedule_ptr="*i32", sink_ptr="*fp32", part_out_ptr="*fp32", part_lse_ptr="*fp32")
-    const = dict(HAS_SINK=True, STAGES=stages, CONSUMER_REGS=232, LOADER_REGS=40)
-    return _mla_decode_ws_kernel, types, const, 4, stages
+    const = dict(HAS_SINK=True, CONSUMER_REGS=232, LOADER_REGS=40)
+    return _mla_decode_ws_kernel, types, const, 4, 2
 
 
-CASES.update({"decode-ws": partial(decode_ws, 2)})
+CASES.update({"decode-ws": decode_ws})

@@ -192,8 +192,7 @@ def decode_ws_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx
 
 
 def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx: int, scale: float,
-               mask_code: int, window: int, out, lse, schedule, sink, part_out, part_lse, num_tiles: int,
-               stages: int = 2) -> None:
+               mask_code: int, window: int, out, lse, schedule, sink, part_out, part_lse, num_tiles: int) -> None:
     """`_mla_decode_ws_kernel` over the Triton kernel's grid (64-row tiles), with its partial-result buffers."""
     batch = cache_lengths.shape[0]
     num_workers = schedule.shape[0] - 1 - batch
@@ -204,12 +203,12 @@ def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_
         return GluonTensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block,
                                                                                                   gl.bfloat16))
     _mla_decode_ws_kernel[(num_workers * num_tiles,)](
-        desc(q2d, [64, 256]), desc(q2d, [64, 64]), desc(cache2d, [32, 256]), desc(cache2d, [32, 64]), out, lse,
+        desc(q2d, [64, 256]), desc(q2d, [64, 64]), desc(cache2d, [64, 256]), desc(cache2d, [64, 64]), out, lse,
         input_row_offsets, cache_lengths, lookup_table, schedule, sink, part_out, part_lse,
         batch, q.shape[1], num_workers, num_tiles, mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows,
         layer_row0, lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
         part_out.stride(0), part_out.stride(1), part_lse.stride(0),
-        HAS_SINK=sink is not lse, STAGES=stages, CONSUMER_REGS=232, LOADER_REGS=40, num_warps=4)
+        HAS_SINK=sink is not lse, CONSUMER_REGS=232, LOADER_REGS=40, num_warps=4)
 
 
 def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx: int, scale: float,
