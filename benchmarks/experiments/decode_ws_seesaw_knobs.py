@@ -1,0 +1,364 @@
+"""EXPERIMENT (session 9): a copy of the seesaw kernels/mla_decode_ws.py (a9a7285) with diagnostic knobs
+(KNOBS bit mask): 1 every block reads the piece's first block (L2-resident loads), 8 logits over the rope
+columns only (K = 64 instead of 576). Timing only; outputs are wrong.
+
+Warp-specialized dense MLA decode for Hopper, in Gluon, for 64-row tiles of one query token's heads.
+
+Same work decomposition as `pagedmla.kernels.mla_decode` (program = worker w x row tile t over the split-KV
+schedule, partial results merged by its combine kernel), for head counts that are multiples of 64: a 64-row
+tile is then 64 heads of one query token, so every row of it sees the same key interval [lo, hi) under every
+mask. Partitions:
+- a 1-warp loader issues TMA copies: the tile's q (512 latent + 64 rope columns) once per piece of a sequence,
+  then each 64-key block of the cache (a page piece: page sizes are multiples of 64) into a 2-slot ring, as two
+  256-column latent halves and the rope columns. The latent columns serve as the keys' latent part and as the
+  values.
+- two 4-warp consumers; consumer c owns output columns [256 c, 256 c + 256). They take the key blocks in pairs
+  (a, b) and split the work of a pair so that one's softmax runs while the other's MMAs do ("seesaw"):
+    consumer 0: S_a = q k_a^T; m_a = max(m, rowmax S_a); P_a = exp(S_a - m_a); O_0 = O_0 e^(m - m_a) + P_a V_a
+    consumer 1: S_b = q k_b^T (while consumer 0 works on a); m_b = max(m_a, rowmax S_b); P_b = exp(S_b - m_b);
+                O_1 = O_1 e^(m - m_b) + P_b V_b
+    consumer 0: O_0 = O_0 e^(m_a - m_b) + P_b V_b          (P_b from shared memory)
+    consumer 1: O_1 += P_a e^(m_a - m_b) V_a                (consumer 0 stores P_a rescaled)
+  so each block's logits are computed once, by one warpgroup, as 64 x 64 MMAs. The running max and row sum
+  pass between them through shared memory with mbarriers; each P goes into its block's rope columns (read by
+  the logits only, which have retired by then), where it is an MMA operand as it stands.
+
+Keys outside [lo, hi) are masked in S; in the (at most two) edge blocks of a range, the consumer computing the
+block's logits also zeroes the value rows of those keys in shared memory before either consumer's P @ V, since
+unused cache slots may hold NaN and 0 * NaN is NaN. Compiled only for sm_90 (warpgroup MMAs, TMA); the CPU
+interpreter cannot run Gluon, so this path is tested in the gpu tier against the reference.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+D_LAT = gl.constexpr(512)
+D_ROPE = gl.constexpr(64)
+COLS = gl.constexpr(256)  # output (and latent) columns per consumer
+BLOCK_M = gl.constexpr(64)
+BLOCK_N = gl.constexpr(64)
+LOG2E = gl.constexpr(1.4426950408889634)
+LN2 = gl.constexpr(0.6931471805599453)
+KNOBS = gl.constexpr(int(__import__('os').environ.get('DECODE_WS_KNOBS', '0')))
+
+
+@gluon.constexpr_function
+def _mma_layout(n):
+    """Accumulator layout of a 64-row warpgroup MMA over n columns (one consumer's 4 warps)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
+
+
+@gluon.jit
+def _piece(schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, batch, num_heads, num_workers, mask_code,
+           window):
+    """The key interval [lo, hi) of tile t's rows in worker w's piece of sequence b, the piece's flags (rows
+    present, whole sequence) and the tile's query row (token, first head). Every partition computes it."""
+    sched = schedule_ptr + (1 + w) * 4
+    first_seq = gl.load(sched)
+    first_key = gl.load(sched + 1)
+    last_seq = gl.load(sched + 2)
+    stop_key = gl.load(sched + 3)
+    row_start = gl.load(offsets_ptr + b)
+    num_q = gl.load(offsets_ptr + b + 1) - row_start
+    num_keys = gl.load(cache_lengths_ptr + b) + num_q
+    seg_lo = gl.where(b == first_seq, first_key, 0)
+    seg_hi = gl.where(b == last_seq, gl.minimum(stop_key, num_keys), num_keys)
+    tok = t * BLOCK_M // num_heads
+    active = (tok < num_q) & (seg_lo < seg_hi)
+    # the masks of pagedmla.masks for the tile's one query position (kernels.common.visible_range)
+    pos = num_keys - num_q + tok
+    causal = (mask_code == 1) | (mask_code == 2) | (mask_code == 5)
+    sliding = (mask_code == 2) | (mask_code == 3)
+    chunked = (mask_code == 4) | (mask_code == 5)
+    win = gl.maximum(window, 1)
+    lo = gl.where(sliding, pos - win + 1, 0)
+    lo = gl.where(chunked, pos // win * win, lo)
+    hi = gl.where(chunked, gl.minimum(num_keys, (pos // win + 1) * win), num_keys)
+    hi = gl.where(causal, gl.minimum(hi, pos + 1), hi)
+    lo = gl.maximum(gl.maximum(lo, 0), seg_lo)
+    hi = gl.minimum(hi, seg_hi)
+    k_lo = lo - lo % BLOCK_N
+    n_blocks = gl.where(active & (hi > lo), gl.cdiv(hi - k_lo, BLOCK_N), 0)
+    whole = (seg_lo == 0) & (seg_hi == num_keys)
+    return active, whole, lo, hi, k_lo, n_blocks, row_start + tok, t * BLOCK_M % num_heads
+
+
+@gluon.jit
+def _loader(q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, q_ready, q_empty, k_ready, k_empty,
+            schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, w, t, batch, num_heads, num_workers,
+            mask_code, window, stride_lt_b, page_size, page_rows, layer_row0):
+    """TMA copies of each piece's key blocks (block c of the program into ring slot c % 2) and q tile."""
+    first_seq = gl.load(schedule_ptr + (1 + w) * 4)
+    last_seq = gl.minimum(gl.load(schedule_ptr + (1 + w) * 4 + 2), batch - 1)
+    c = 0
+    pieces = 0
+    for b in range(first_seq, last_seq + 1):
+        active, whole, lo, hi, k_lo, n_blocks, q_tok, head0 = _piece(
+            schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, batch, num_heads, num_workers, mask_code, window)
+        if n_blocks > 0:
+            lookup_row = lookup_ptr + b.to(gl.int64) * stride_lt_b
+            page = gl.load(lookup_row + k_lo // page_size)
+            first_row = page * page_rows + layer_row0 + k_lo % page_size
+            for i in range(n_blocks):
+                k0 = k_lo + i * BLOCK_N
+                # the next block's table entry is loaded before this block waits for its ring slot
+                page_next = gl.load(lookup_row + gl.minimum(k0 + BLOCK_N, hi - 1) // page_size)
+                st = c % 2
+                # a fresh barrier passes a wait for parity 1: the first two blocks go at once
+                mbarrier.wait(k_empty.index(st), ((c // 2) & 1) ^ 1)
+                row = page * page_rows + layer_row0 + k0 % page_size
+                if KNOBS & 1:
+                    row = first_row
+                bar = k_ready.index(st)
+                mbarrier.expect(bar, 2 * k_desc.block_type.nbytes + kr_desc.block_type.nbytes)
+                for ch in gl.static_range(2):
+                    tma.async_copy_global_to_shared(k_desc, [row, COLS * ch], bar, k_s.index(st * 2 + ch))
+                tma.async_copy_global_to_shared(kr_desc, [row, D_LAT], bar, kr_s.index(st))
+                page = page_next
+                c += 1
+                if i == 0:
+                    # the q tile after the piece's first block: that block's copy need not wait for the previous
+                    # piece to finish with q. Rows (token, heads head0..head0+63) of q viewed as [T * H, 576]
+                    q_row = q_tok * num_heads + head0
+                    mbarrier.wait(q_empty, (pieces & 1) ^ 1)
+                    mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes + qr_desc.block_type.nbytes)
+                    for ch in gl.static_range(2):
+                        tma.async_copy_global_to_shared(q_desc, [q_row, COLS * ch], q_ready, q_s.index(ch))
+                    tma.async_copy_global_to_shared(qr_desc, [q_row, D_LAT], q_ready, qr_s)
+            pieces += 1
+
+
+@gluon.jit
+def _logits(q_s, qr_s, k_s, kr_s, k_ready, c, k0, lo, hi, qk_scale):
+    """Wait for block c's slot, zero its value rows outside [lo, hi) if it is an edge block, and return the
+    scaled, masked logits S = q k^T (64 x 64, computed by this consumer alone)."""
+    s_layout: gl.constexpr = _mma_layout(BLOCK_N)
+    st = c % 2
+    mbarrier.wait(k_ready.index(st), (c // 2) & 1)
+    edge = (k0 < lo) | (k0 + BLOCK_N > hi)
+    if edge:
+        layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
+        j = k0 + gl.arange(0, BLOCK_N, gl.SliceLayout(1, layout))
+        keep = ((j >= lo) & (j < hi))[:, None]
+        for ch in gl.static_range(2):
+            part = k_s.index(st * 2 + ch)
+            x = part.load(layout)
+            part.store(gl.where(keep, x, gl.zeros_like(x)))
+        fence_async_shared()  # the MMAs read shared memory through the async proxy
+    s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    if KNOBS & 8:
+        s = warpgroup_mma(qr_s, kr_s.index(st).permute((1, 0)), s, use_acc=False, is_async=True)
+    else:
+        s = warpgroup_mma(q_s.index(0), k_s.index(st * 2).permute((1, 0)), s, use_acc=False, is_async=True)
+        s = warpgroup_mma(q_s.index(1), k_s.index(st * 2 + 1).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(qr_s, kr_s.index(st).permute((1, 0)), s, is_async=True)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,)) * qk_scale
+    if edge:
+        j = k0 + gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
+        s = gl.where(((j >= lo) & (j < hi))[None, :], s, float("-inf"))
+    return s
+
+
+@gluon.jit
+def _no_inf(x):
+    """x with -inf replaced by 0: rows that have seen no visible key shift by 0, so exp2 gives 0, not NaN."""
+    return gl.where(x == float("-inf"), 0.0, x)
+
+
+@gluon.jit
+def _consumer(C: gl.constexpr, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready, k_empty, got_a, got_b,
+              got_pa, stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr,
+              part_out_ptr, part_lse_ptr, w, t, batch, num_heads, num_workers, mask_code, window, qk_scale,
+              stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
+              HAS_SINK: gl.constexpr):
+    """Consumer C: its role in each pair of key blocks (see the module docstring), output columns
+    [256 C, 256 C + 256). `stats` rows: 0 m_a, 1 rowsum(P_a), 2 m_b, 3 rowsum(P_b)."""
+    s_layout: gl.constexpr = _mma_layout(BLOCK_N)
+    o_layout: gl.constexpr = _mma_layout(COLS)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+    p_op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    first_seq = gl.load(schedule_ptr + (1 + w) * 4)
+    last_seq = gl.minimum(gl.load(schedule_ptr + (1 + w) * 4 + 2), batch - 1)
+    c = 0
+    pairs = 0
+    pairs_b = 0  # pairs with a block b (got_b completes once per such pair)
+    pieces = 0
+    for b in range(first_seq, last_seq + 1):
+        active, whole, lo, hi, k_lo, n_blocks, q_tok, head0 = _piece(
+            schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, batch, num_heads, num_workers, mask_code, window)
+        if active:
+            m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
+            l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
+            acc = gl.zeros([BLOCK_M, COLS], gl.float32, o_layout)
+            if n_blocks > 0:
+                mbarrier.wait(q_ready, pieces & 1)
+                for j in range(gl.cdiv(n_blocks, 2)):
+                    ka = k_lo + 2 * j * BLOCK_N
+                    has_b = 2 * j + 1 < n_blocks
+                    sa = c % 2
+                    sb = (c + 1) % 2
+                    ph = pairs & 1
+                    if C == 0:
+                        s = _logits(q_s, qr_s, k_s, kr_s, k_ready, c, ka, lo, hi, qk_scale)
+                        m_a = gl.maximum(m_i, gl.max(s, axis=1))
+                        p = gl.exp2(s - _no_inf(m_a)[:, None])
+                        rs_a = gl.sum(p, axis=1)
+                        mbarrier.wait(stats_free, ph ^ 1)
+                        stats.index(0).store(m_a)
+                        stats.index(1).store(rs_a)
+                        mbarrier.arrive(got_a)
+                        scale_a = gl.exp2(m_i - _no_inf(m_a))
+                        acc = acc * gl.convert_layout(scale_a, o_rows)[:, None]
+                        pv = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), p_op_layout), k_s.index(sa * 2), acc,
+                                           is_async=True)
+                        if has_b:
+                            mbarrier.wait(got_b, pairs_b & 1)
+                            m_b = stats.index(2).load(row_layout)
+                            rs_b = stats.index(3).load(row_layout)
+                            scale_b = gl.exp2(_no_inf(m_a) - _no_inf(m_b))
+                            # P_a against the pair's max, for consumer 1, in block a's rope columns
+                            kr_s.index(sa).store((p * scale_b[:, None]).to(gl.bfloat16))
+                            fence_async_shared()
+                            mbarrier.arrive(got_pa)
+                            acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
+                            acc = acc * gl.convert_layout(scale_b, o_rows)[:, None]
+                            pv = warpgroup_mma(kr_s.index(sb), k_s.index(sb * 2), acc, is_async=True)
+                            l_i = l_i * scale_a * scale_b + rs_a * scale_b + rs_b
+                            m_i = m_b
+                        else:
+                            kr_s.index(sa).store(p.to(gl.bfloat16))
+                            fence_async_shared()
+                            mbarrier.arrive(got_pa)
+                            l_i = l_i * scale_a + rs_a
+                            m_i = m_a
+                        acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
+                    else:
+                        s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+                        if has_b:
+                            # block b's logits run while consumer 0 works on block a
+                            s = _logits(q_s, qr_s, k_s, kr_s, k_ready, c + 1, ka + BLOCK_N, lo, hi, qk_scale)
+                        mbarrier.wait(got_a, ph)
+                        m_a = stats.index(0).load(row_layout)
+                        rs_a = stats.index(1).load(row_layout)
+                        mbarrier.arrive(stats_free)
+                        scale_a = gl.exp2(m_i - _no_inf(m_a))
+                        if has_b:
+                            m_b = gl.maximum(m_a, gl.max(s, axis=1))
+                            p = gl.exp2(s - _no_inf(m_b)[:, None])
+                            rs_b = gl.sum(p, axis=1)
+                            p_b = p.to(gl.bfloat16)
+                            kr_s.index(sb).store(p_b)
+                            stats.index(2).store(m_b)
+                            stats.index(3).store(rs_b)
+                            fence_async_shared()
+                            mbarrier.arrive(got_b)
+                            scale_b = gl.exp2(_no_inf(m_a) - _no_inf(m_b))
+                            acc = acc * gl.convert_layout(scale_a * scale_b, o_rows)[:, None]
+                            pv = warpgroup_mma(gl.convert_layout(p_b, p_op_layout), k_s.index(sb * 2 + 1), acc,
+                                               is_async=True)
+                            l_i = l_i * scale_a * scale_b + rs_a * scale_b + rs_b
+                            m_i = m_b
+                            mbarrier.wait(got_pa, ph)
+                            pv = warpgroup_mma(kr_s.index(sa), k_s.index(sa * 2 + 1), pv, is_async=True)
+                        else:
+                            acc = acc * gl.convert_layout(scale_a, o_rows)[:, None]
+                            l_i = l_i * scale_a + rs_a
+                            m_i = m_a
+                            mbarrier.wait(got_pa, ph)
+                            pv = warpgroup_mma(kr_s.index(sa), k_s.index(sa * 2 + 1), acc, is_async=True)
+                        acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
+                    mbarrier.arrive(k_empty.index(sa))
+                    if has_b:
+                        mbarrier.arrive(k_empty.index(sb))
+                    c += 1 + has_b.to(gl.int32)
+                    pairs_b += has_b.to(gl.int32)
+                    pairs += 1
+                mbarrier.arrive(q_empty)
+                pieces += 1
+
+            has = l_i > 0.0
+            m_use = _no_inf(m_i)
+            l_safe = gl.where(has, l_i, 1.0)
+            lse = gl.where(has, (m_i + gl.log2(l_safe)) * LN2, float("-inf"))
+            rows = gl.arange(0, BLOCK_M, row_layout)
+            denom = l_safe
+            if HAS_SINK:
+                sink = gl.load(sink_ptr + head0 + rows) * LOG2E
+                denom = gl.where(whole, denom + gl.exp2(sink - m_use), denom)
+            inv = gl.where(has, 1.0 / denom, 0.0)
+            out = acc * gl.convert_layout(inv, o_rows)[:, None]
+            r = gl.arange(0, BLOCK_M, o_rows)
+            d = COLS * C + gl.arange(0, COLS, gl.SliceLayout(0, o_layout))
+            if whole:
+                gl.store(out_ptr + q_tok.to(gl.int64) * stride_o_t + (head0 + r).to(gl.int64)[:, None] * stride_o_h
+                         + d[None, :], out.to(out_ptr.dtype.element_ty))
+                if C == 0:
+                    gl.store(lse_ptr + q_tok.to(gl.int64) * stride_lse_t + (head0 + rows) * stride_lse_h, lse)
+            else:
+                slot = (2 * w + (b != first_seq).to(gl.int32)).to(gl.int64)
+                gl.store(part_out_ptr + slot * stride_po_s + (t * BLOCK_M + r).to(gl.int64)[:, None] * stride_po_r
+                         + d[None, :], out)
+                if C == 0:
+                    gl.store(part_lse_ptr + slot * stride_pl_s + t * BLOCK_M + rows, lse)
+
+
+@gluon.jit
+def _mla_decode_ws_kernel(
+    q_desc, qr_desc, k_desc, kr_desc, out_ptr, lse_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, schedule_ptr,
+    sink_ptr, part_out_ptr, part_lse_ptr,
+    batch, num_heads, num_workers, num_tiles, mask_code, window, qk_scale, page_size, page_rows, layer_row0,
+    stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
+    HAS_SINK: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+):
+    """Program (worker w, row tile t), as `_mla_decode_kernel`. The cache is read through `k_desc` / `kr_desc`,
+    2-D views `[rows, 576]` of the cache in which page p's slot s of this layer is row
+    `p * page_rows + layer_row0 + s`."""
+    pid = gl.program_id(0)
+    w = pid // num_tiles
+    t = pid % num_tiles
+
+    q_s = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_M, COLS], q_desc.layout)
+    qr_s = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, D_ROPE], qr_desc.layout)
+    k_s = gl.allocate_shared_memory(gl.bfloat16, [4, BLOCK_N, COLS], k_desc.layout)
+    kr_s = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, D_ROPE], kr_desc.layout)
+    stats = gl.allocate_shared_memory(gl.float32, [4, BLOCK_M], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    one = gl.allocate_shared_memory(gl.int64, [8, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_ready = one.index(0)
+    q_empty = one.index(1)
+    got_a = one.index(2)
+    got_b = one.index(3)
+    got_pa = one.index(4)
+    stats_free = one.index(5)
+    # one arrival per consumer on q_empty and k_empty, one in all on the others
+    for i in gl.static_range(6):
+        mbarrier.init(one.index(i), count=2 if i == 1 else 1)
+    for i in gl.static_range(2):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)
+    fence_async_shared()
+
+    gl.warp_specialize([
+        (_consumer, (0, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready, k_empty, got_a, got_b, got_pa,
+                     stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr,
+                     part_out_ptr, part_lse_ptr, w, t, batch, num_heads, num_workers, mask_code, window, qk_scale,
+                     stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
+                     HAS_SINK)),
+        (_consumer, (1, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready, k_empty, got_a, got_b, got_pa,
+                     stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr,
+                     part_out_ptr, part_lse_ptr, w, t, batch, num_heads, num_workers, mask_code, window, qk_scale,
+                     stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
+                     HAS_SINK)),
+        (_loader, (q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, q_ready, q_empty, k_ready, k_empty,
+                   schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, w, t, batch, num_heads, num_workers,
+                   mask_code, window, stride_lt_b, page_size, page_rows, layer_row0)),
+    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
