@@ -287,7 +287,7 @@ def decode_ws():
     types = {name: mangle_type(d) for name, d in descs.items()}
     types.update(out_ptr="*bf16", lse_ptr="*fp32", offsets_ptr="*i32", cache_lengths_ptr="*i32", lookup_ptr="*i32",
                  schedule_ptr="*i32", sink_ptr="*fp32", part_out_ptr="*fp32", part_lse_ptr="*fp32")
-    const = dict(HAS_SINK=True, CONSUMER_REGS=232, LOADER_REGS=40)
+    const = dict(HAS_SINK=True, CONSUMER_REGS=240)
     return _mla_decode_ws_kernel, types, const, 4, 2
 
 

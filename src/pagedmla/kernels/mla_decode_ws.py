@@ -86,45 +86,23 @@ def _piece(schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, batch, num_hea
 
 
 @gluon.jit
-def _loader(q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, q_ready, q_empty, k_ready, k_empty,
-            schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, w, t, batch, num_heads, num_workers,
-            mask_code, window, stride_lt_b, page_size, page_rows, layer_row0):
-    """TMA copies of each piece's key blocks (block c of the program into ring slot c % 2) and q tile."""
-    first_seq = gl.load(schedule_ptr + (1 + w) * 4)
-    last_seq = gl.minimum(gl.load(schedule_ptr + (1 + w) * 4 + 2), batch - 1)
-    c = 0
-    pieces = 0
-    for b in range(first_seq, last_seq + 1):
-        active, whole, lo, hi, k_lo, n_blocks, q_tok, head0 = _piece(
-            schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, batch, num_heads, num_workers, mask_code, window)
-        if n_blocks > 0:
-            lookup_row = lookup_ptr + b.to(gl.int64) * stride_lt_b
-            page = gl.load(lookup_row + k_lo // page_size)
-            for i in range(n_blocks):
-                k0 = k_lo + i * BLOCK_N
-                # the next block's table entry is loaded before this block waits for its ring slot
-                page_next = gl.load(lookup_row + gl.minimum(k0 + BLOCK_N, hi - 1) // page_size)
-                st = c % 2
-                # a fresh barrier passes a wait for parity 1: the first two blocks go at once
-                mbarrier.wait(k_empty.index(st), ((c // 2) & 1) ^ 1)
-                row = page * page_rows + layer_row0 + k0 % page_size
-                bar = k_ready.index(st)
-                mbarrier.expect(bar, 2 * k_desc.block_type.nbytes + kr_desc.block_type.nbytes)
-                for ch in gl.static_range(2):
-                    tma.async_copy_global_to_shared(k_desc, [row, COLS * ch], bar, k_s.index(st * 2 + ch))
-                tma.async_copy_global_to_shared(kr_desc, [row, D_LAT], bar, kr_s.index(st))
-                page = page_next
-                c += 1
-                if i == 0:
-                    # the q tile after the piece's first block: that block's copy need not wait for the previous
-                    # piece to finish with q. Rows (token, heads head0..head0+63) of q viewed as [T * H, 576]
-                    q_row = q_tok * num_heads + head0
-                    mbarrier.wait(q_empty, (pieces & 1) ^ 1)
-                    mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes + qr_desc.block_type.nbytes)
-                    for ch in gl.static_range(2):
-                        tma.async_copy_global_to_shared(q_desc, [q_row, COLS * ch], q_ready, q_s.index(ch))
-                    tma.async_copy_global_to_shared(qr_desc, [q_row, D_LAT], q_ready, qr_s)
-            pieces += 1
+def _load_block(k_desc, kr_desc, k_s, kr_s, k_ready, k_empty, c, k0, page, page_size, page_rows, layer_row0):
+    """TMA copies of the key block at k0 (in table entry `page`) into ring slot c % 2, once consumer 1 has
+    released the slot (a fresh barrier passes a wait for parity 1: the first two blocks go at once)."""
+    st = c % 2
+    mbarrier.wait(k_empty.index(st), ((c // 2) & 1) ^ 1)
+    row = page * page_rows + layer_row0 + k0 % page_size
+    bar = k_ready.index(st)
+    mbarrier.expect(bar, 2 * k_desc.block_type.nbytes + kr_desc.block_type.nbytes)
+    for ch in gl.static_range(2):
+        tma.async_copy_global_to_shared(k_desc, [row, COLS * ch], bar, k_s.index(st * 2 + ch))
+    tma.async_copy_global_to_shared(kr_desc, [row, D_LAT], bar, kr_s.index(st))
+
+
+@gluon.jit
+def _page(lookup_row, k0, hi, page_size):
+    """The table entry of the key block at k0 (the last visible key's for a block past hi: a used page)."""
+    return gl.load(lookup_row + gl.minimum(k0, hi - 1) // page_size)
 
 
 @gluon.jit
@@ -162,11 +140,11 @@ def _no_inf(x):
 
 
 @gluon.jit
-def _consumer(C: gl.constexpr, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready, k_empty, got_a, got_b,
-              got_pa, stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr,
-              part_out_ptr, part_lse_ptr, w, t, batch, num_heads, num_workers, mask_code, window, qk_scale,
-              stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-              HAS_SINK: gl.constexpr):
+def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty,
+              k_ready, k_empty, got_a, got_b, got_pa, stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr,
+              lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, t, batch, num_heads, num_workers,
+              mask_code, window, qk_scale, page_size, page_rows, layer_row0, stride_lt_b, stride_o_t, stride_o_h,
+              stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr):
     """Consumer C: its role in each pair of key blocks (see the module docstring), output columns
     [256 C, 256 C + 256). `stats` rows: 0 m_a, 1 rowsum(P_a), 2 m_b, 3 rowsum(P_b)."""
     s_layout: gl.constexpr = _mma_layout(BLOCK_N)
@@ -188,6 +166,23 @@ def _consumer(C: gl.constexpr, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_
             l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
             acc = gl.zeros([BLOCK_M, COLS], gl.float32, o_layout)
             if n_blocks > 0:
+                lookup_row = lookup_ptr + b.to(gl.int64) * stride_lt_b
+                if C == 0:
+                    # consumer 0 issues the copies: the first pair's blocks, then q (once consumer 1 is done
+                    # with the previous piece's q)
+                    _load_block(k_desc, kr_desc, k_s, kr_s, k_ready, k_empty, c, k_lo,
+                                _page(lookup_row, k_lo, hi, page_size), page_size, page_rows, layer_row0)
+                    if n_blocks > 1:
+                        _load_block(k_desc, kr_desc, k_s, kr_s, k_ready, k_empty, c + 1, k_lo + BLOCK_N,
+                                    _page(lookup_row, k_lo + BLOCK_N, hi, page_size), page_size, page_rows,
+                                    layer_row0)
+                    mbarrier.wait(q_empty, (pieces & 1) ^ 1)
+                    mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes + qr_desc.block_type.nbytes)
+                    # rows (token, heads head0..head0+63) of q viewed as [T * H, 576]
+                    q_row = q_tok * num_heads + head0
+                    for ch in gl.static_range(2):
+                        tma.async_copy_global_to_shared(q_desc, [q_row, COLS * ch], q_ready, q_s.index(ch))
+                    tma.async_copy_global_to_shared(qr_desc, [q_row, D_LAT], q_ready, qr_s)
                 mbarrier.wait(q_ready, pieces & 1)
                 for j in range(gl.cdiv(n_blocks, 2)):
                     ka = k_lo + 2 * j * BLOCK_N
@@ -196,6 +191,9 @@ def _consumer(C: gl.constexpr, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_
                     sb = (c + 1) % 2
                     ph = pairs & 1
                     if C == 0:
+                        # the next pair's table entries, loaded now for the copies issued at the end of this pair
+                        page_a = _page(lookup_row, ka + 2 * BLOCK_N, hi, page_size)
+                        page_b = _page(lookup_row, ka + 3 * BLOCK_N, hi, page_size)
                         s = _logits(q_s, qr_s, k_s, kr_s, k_ready, c, ka, lo, hi, qk_scale)
                         m_a = gl.maximum(m_i, gl.max(s, axis=1))
                         p = gl.exp2(s - _no_inf(m_a)[:, None])
@@ -222,6 +220,10 @@ def _consumer(C: gl.constexpr, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_
                             pv = warpgroup_mma(kr_s.index(sb), k_s.index(sb * 2), acc, is_async=True)
                             l_i = l_i * scale_a * scale_b + rs_a * scale_b + rs_b
                             m_i = m_b
+                            # block a's slot refills once consumer 1's P_a @ V_a is done, during this P_b @ V_b
+                            if 2 * j + 2 < n_blocks:
+                                _load_block(k_desc, kr_desc, k_s, kr_s, k_ready, k_empty, c + 2, ka + 2 * BLOCK_N,
+                                            page_a, page_size, page_rows, layer_row0)
                         else:
                             kr_s.index(sa).store(p.to(gl.bfloat16))
                             fence_async_shared()
@@ -229,6 +231,9 @@ def _consumer(C: gl.constexpr, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_
                             l_i = l_i * scale_a + rs_a
                             m_i = m_a
                         acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
+                        if 2 * j + 3 < n_blocks:
+                            _load_block(k_desc, kr_desc, k_s, kr_s, k_ready, k_empty, c + 3, ka + 3 * BLOCK_N, page_b,
+                                        page_size, page_rows, layer_row0)
                     else:
                         s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
                         if has_b:
@@ -264,13 +269,15 @@ def _consumer(C: gl.constexpr, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_
                             mbarrier.wait(got_pa, ph)
                             pv = warpgroup_mma(kr_s.index(sa), k_s.index(sa * 2 + 1), acc, is_async=True)
                         acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
-                    mbarrier.arrive(k_empty.index(sa))
-                    if has_b:
-                        mbarrier.arrive(k_empty.index(sb))
+                    if C == 1:
+                        mbarrier.arrive(k_empty.index(sa))
+                        if has_b:
+                            mbarrier.arrive(k_empty.index(sb))
                     c += 1 + has_b.to(gl.int32)
                     pairs_b += has_b.to(gl.int32)
                     pairs += 1
-                mbarrier.arrive(q_empty)
+                if C == 1:
+                    mbarrier.arrive(q_empty)
                 pieces += 1
 
             has = l_i > 0.0
@@ -305,7 +312,7 @@ def _mla_decode_ws_kernel(
     sink_ptr, part_out_ptr, part_lse_ptr,
     batch, num_heads, num_workers, num_tiles, mask_code, window, qk_scale, page_size, page_rows, layer_row0,
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-    HAS_SINK: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+    HAS_SINK: gl.constexpr, CONSUMER_REGS: gl.constexpr,
 ):
     """Program (worker w, row tile t), as `_mla_decode_kernel`. The cache is read through `k_desc` / `kr_desc`,
     2-D views `[rows, 576]` of the cache in which page p's slot s of this layer is row
@@ -328,26 +335,19 @@ def _mla_decode_ws_kernel(
     got_b = one.index(3)
     got_pa = one.index(4)
     stats_free = one.index(5)
-    # one arrival per consumer on q_empty and k_empty, one in all on the others
+    # one arrival on each: consumer 1 releases q and ring slots to consumer 0, which issues the copies
     for i in gl.static_range(6):
-        mbarrier.init(one.index(i), count=2 if i == 1 else 1)
+        mbarrier.init(one.index(i), count=1)
     for i in gl.static_range(2):
         mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)
+        mbarrier.init(k_empty.index(i), count=1)
     fence_async_shared()
 
-    gl.warp_specialize([
-        (_consumer, (0, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready, k_empty, got_a, got_b, got_pa,
-                     stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr,
-                     part_out_ptr, part_lse_ptr, w, t, batch, num_heads, num_workers, mask_code, window, qk_scale,
-                     stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-                     HAS_SINK)),
-        (_consumer, (1, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready, k_empty, got_a, got_b, got_pa,
-                     stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr,
-                     part_out_ptr, part_lse_ptr, w, t, batch, num_heads, num_workers, mask_code, window, qk_scale,
-                     stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-                     HAS_SINK)),
-        (_loader, (q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, q_ready, q_empty, k_ready, k_empty,
-                   schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, w, t, batch, num_heads, num_workers,
-                   mask_code, window, stride_lt_b, page_size, page_rows, layer_row0)),
-    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+    # two partitions of one warpgroup each: a third (a loader warp) would cap every thread at 168 registers,
+    # and the consumers' accumulators need more (ptxas then serializes the logits' MMAs)
+    args = (q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready, k_empty,
+            got_a, got_b, got_pa, stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, sink_ptr,
+            out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, t, batch, num_heads, num_workers, mask_code, window,
+            qk_scale, page_size, page_rows, layer_row0, stride_lt_b, stride_o_t, stride_o_h, stride_lse_t,
+            stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK)
+    gl.warp_specialize([(_consumer, (0,) + args), (_consumer, (1,) + args)], [4], [CONSUMER_REGS])

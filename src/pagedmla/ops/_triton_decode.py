@@ -208,7 +208,7 @@ def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_
         batch, q.shape[1], num_workers, num_tiles, mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows,
         layer_row0, lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
         part_out.stride(0), part_out.stride(1), part_lse.stride(0),
-        HAS_SINK=sink is not lse, CONSUMER_REGS=232, LOADER_REGS=40, num_warps=4)
+        HAS_SINK=sink is not lse, CONSUMER_REGS=240, num_warps=4)
 
 
 def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx: int, scale: float,
