@@ -285,10 +285,10 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
             l_safe = gl.where(has, l_i, 1.0)
             lse = gl.where(has, (m_i + gl.log2(l_safe)) * LN2, float("-inf"))
             rows = gl.arange(0, BLOCK_M, row_layout)
-            denom = l_safe
-            if HAS_SINK:
-                sink = gl.load(sink_ptr + head0 + rows) * LOG2E
-                denom = gl.where(whole, denom + gl.exp2(sink - m_use), denom)
+            # the sink joins the denominator of whole sequences (without one, sink_ptr is any float32 buffer of H
+            # values, loaded and dropped: a compile-time branch here failed to compile with Triton 3.6)
+            sink = gl.where(whole & HAS_SINK, gl.load(sink_ptr + head0 + rows) * LOG2E, float("-inf"))
+            denom = l_safe + gl.exp2(sink - m_use)
             inv = gl.where(has, 1.0 / denom, 0.0)
             out = acc * gl.convert_layout(inv, o_rows)[:, None]
             r = gl.arange(0, BLOCK_M, o_rows)
