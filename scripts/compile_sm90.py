@@ -70,6 +70,8 @@ def _ptxas_usage(ptx: str) -> str:
         res = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", src, "-o", os.path.join(tmp, "k.cubin")],
                              capture_output=True, text=True, check=False)
     lines = [ln.split("info    : ")[-1] for ln in res.stderr.splitlines() if "Used" in ln or "spill" in ln]
+    # ptxas's "Potential Performance Loss" notes: e.g. warpgroup MMAs serialized (each waits for the last)
+    lines += [ln.split("info    : ")[-1] for ln in res.stderr.splitlines() if "Performance Loss" in ln]
     return " | ".join(lines) or res.stderr[-400:]
 
 

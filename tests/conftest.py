@@ -24,3 +24,19 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def device():
     return torch.device("cuda" if HAS_CUDA else "cpu")
+
+
+@pytest.fixture
+def call_counter(monkeypatch):
+    """`count(owner, name)` wraps `owner.name` for the test and returns a one-element list counting its calls
+    (e.g. a launcher's: a dispatch regression that silently stops using a kernel fails the count)."""
+    def count(owner, name: str) -> list[int]:
+        calls = [0]
+        fn = getattr(owner, name)
+
+        def counted(*args, **kwargs):
+            calls[0] += 1
+            return fn(*args, **kwargs)
+        monkeypatch.setattr(owner, name, counted)
+        return calls
+    return count

@@ -16,7 +16,14 @@ import torch
 
 import pagedmla as pm
 from pagedmla.cache import KVCacheParams, PagedKVCacheCollection
-from pagedmla.configs.decode import CombineConfig, DecodeConfig, DecodePlanConfig, combine_heuristic
+from pagedmla.configs.decode import (
+    WARP_SPECIALIZED,
+    CombineConfig,
+    DecodeConfig,
+    DecodePlanConfig,
+    combine_heuristic,
+    heuristic,
+)
 from pagedmla.masks import visible
 from pagedmla.ops import _triton_decode
 from pagedmla.ops._dispatch import interpreter_enabled
@@ -867,28 +874,16 @@ WS_CASES = [
 ]
 
 
-def _count_ws_launches(monkeypatch) -> list[int]:
-    """A one-element list counting the warp-specialized kernel's launches (through `_launch_ws`)."""
-    calls = [0]
-    launch = _triton_decode._launch_ws
-
-    def counted(*args, **kwargs):
-        calls[0] += 1
-        return launch(*args, **kwargs)
-    monkeypatch.setattr(_triton_decode, "_launch_ws", counted)
-    return calls
-
-
 def run_ws(pb, q, *, mask="causal", window=-1, sink=None, parts=None):
     """The dense decode through `launch_decode` with the warp-specialized config (output pre-filled with NaN)."""
     heads = q.shape[1]
     plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=heads, num_partitions=parts, backend="triton")
     out = torch.full((q.shape[0], heads, 512), float("nan"), dtype=q.dtype, device=q.device)
     lse = torch.full((q.shape[0], heads), float("nan"), device=q.device)
-    cfg = DecodeConfig(block_m=64, block_n=64, num_warps=8, num_stages=2, warp_specialized=True)
     _triton_decode.launch_decode(q, pb.input_row_offsets, pb.kv.blocks, pb.kv.cache_lengths, pb.kv.lookup_table, 1,
                                  SCALE, pm.MASKS[mask], max(window, 0), out, lse, plan.schedule,
-                                 max_seq_length=max(pb.new_lengths), attn_sink=sink, qk_rope_head_dim=64, config=cfg)
+                                 max_seq_length=max(pb.new_lengths), attn_sink=sink, qk_rope_head_dim=64,
+                                 config=WARP_SPECIALIZED)
     return out, lse
 
 
@@ -897,14 +892,73 @@ def run_ws(pb, q, *, mask="causal", window=-1, sink=None, parts=None):
 @pytest.mark.parametrize("mask,window", [("causal", -1), ("null", -1), ("sliding_window_causal", 100),
                                          ("sliding_window_noncausal", 37), ("chunked_causal", 50)])
 @pytest.mark.parametrize("parts", [None, 7, 300], ids=["plan", "W7", "W300"])
-def test_gpu_warp_specialized(heads, page_size, cache, new, mask, window, parts, monkeypatch):
+def test_gpu_warp_specialized(heads, page_size, cache, new, mask, window, parts, call_counter):
     """The Gluon kernel (every schedule: whole sequences, pieces, workers with empty ranges) against the
     reference, on caches with NaN in unused slots and huge ids past the used pages."""
     pb, q = batch(cache, new, heads=heads, head_size=576, page_size=page_size, dtype=torch.bfloat16, seed=61,
                   device="cuda")
     sink = torch.randn(heads, generator=torch.Generator().manual_seed(5)).cuda() if mask == "causal" else None
-    launches = _count_ws_launches(monkeypatch)
+    launches = call_counter(_triton_decode, "_launch_ws")
     got, lse = run_ws(pb, q, mask=mask, window=window, sink=sink, parts=parts)
     assert launches[0] == 1
     want, want_lse = reference(pb, q, mask, window, sink, rope=64)
     check_lowprec(pb, q, got, lse, want, want_lse, mask=mask, window=window, sink=sink, rope=64)
+
+
+@pytest.mark.gpu
+def test_gpu_default_decode_takes_warp_specialized_kernel(call_counter):
+    """At 128 heads with 64-slot pages the public decode runs the Gluon kernel (its launches are counted, so a
+    dispatch regression that silently falls back to the Triton kernel fails here); at page size 16 it cannot."""
+    launches = call_counter(_triton_decode, "_launch_ws")
+    for page_size, launched_so_far in ((64, 1), (16, 1)):
+        pb, q = batch([700, 64, 3], [1, 2, 1], heads=128, head_size=576, page_size=page_size, dtype=torch.bfloat16,
+                      seed=67, device="cuda")
+        got, lse = run_triton(pb, q, rope=64)
+        assert launches[0] == launched_so_far
+        want_out, want_lse = reference(pb, q, rope=64)
+        check_lowprec(pb, q, got, lse, want_out, want_lse, rope=64)
+
+
+# --------------------------------------------------- CPU tier: the warp-specialized kernel's dispatch rules
+
+def test_warp_specialized_cache_rows_address_every_slot():
+    """`_ws_cache_rows`: row `page * page_rows + layer_row0 + slot` of the 2-D view is that slot of that layer."""
+    blocks = torch.randn(5, 1, 3, 64, 1, 576).to(torch.bfloat16)
+    for layer in range(3):
+        view, page_rows, layer_row0 = _triton_decode._ws_cache_rows(blocks, layer)
+        for page, slot in ((0, 0), (4, 63), (2, 17)):
+            assert torch.equal(view[page * page_rows + layer_row0 + slot], blocks[page, 0, layer, slot, 0])
+    # a page stride that is not a whole number of rows cannot be addressed by row
+    page_stride = 3 * 64 * 576 + 8
+    storage = torch.zeros(5 * page_stride, dtype=torch.bfloat16)
+    odd = storage.as_strided((5, 1, 3, 64, 1, 576), (page_stride, page_stride, 64 * 576, 576, 576, 1))
+    assert _triton_decode._ws_cache_rows(odd, 0) is None
+    assert _triton_decode._ws_cache_rows(storage[8:8 + blocks.numel()].view(blocks.shape), 0) is not None
+    assert _triton_decode._ws_cache_rows(storage[1:1 + blocks.numel()].view(blocks.shape), 0) is None  # unaligned
+    assert _triton_decode._ws_cache_rows(blocks.float(), 0) is None
+    assert _triton_decode._ws_cache_rows(blocks[..., :512], 0) is not None
+    assert _triton_decode._ws_cache_rows(blocks[:, :, :, :, :, ::2], 0) is None
+
+
+def test_warp_specialized_q_rows():
+    q = torch.randn(3, 128, 576).to(torch.bfloat16)
+    rows = _triton_decode._ws_q_rows(q)
+    assert torch.equal(rows[2 * 128 + 5], q[2, 5])
+    assert _triton_decode._ws_q_rows(q.transpose(0, 1).contiguous().transpose(0, 1)) is None  # head-major
+    assert _triton_decode._ws_q_rows(q.float()) is None
+
+
+def test_warp_specialized_dispatch_rules():
+    """Off Hopper (CPU tensors here) the Gluon kernel never takes a call; the heuristic picks it only when the
+    launcher says it can run and the tiles are 64 rows of heads."""
+    q = torch.randn(2, 128, 576).to(torch.bfloat16)
+    blocks = torch.randn(4, 1, 2, 64, 1, 576).to(torch.bfloat16)
+    out = torch.empty(2, 128, 512, dtype=torch.bfloat16)
+    assert not _triton_decode.decode_ws_ready(q, blocks, out, None, None, False, 0)
+    common = dict(kv_lora_rank=512, rope_dim=64, q_dtype=torch.bfloat16, cache_dtype=torch.bfloat16, batch=64)
+    assert heuristic(num_heads=128, max_q=1, warp_specialized=True, **common) == WARP_SPECIALIZED
+    assert heuristic(num_heads=64, max_q=2, warp_specialized=True, **common) == WARP_SPECIALIZED
+    assert not heuristic(num_heads=128, max_q=1, **common).warp_specialized
+    # 16 heads: 16- to 64-row tiles mixing query tokens; 96 heads: a tile would straddle two tokens
+    assert not heuristic(num_heads=16, max_q=4, warp_specialized=True, **common).warp_specialized
+    assert not heuristic(num_heads=96, max_q=1, warp_specialized=True, **common).warp_specialized

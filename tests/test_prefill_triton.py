@@ -445,7 +445,7 @@ def test_gpu_prefill_masks_deepseek(mask, window, fp8):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("mask", ["causal", "null"])
-def test_gpu_prefill_warp_specialized(mask, monkeypatch):
+def test_gpu_prefill_warp_specialized(mask, call_counter):
     """The warp-specialized kernel (Hopper) on long ragged sequences with cached prefixes (1300 new tokens: 11
     query tiles, up to 11 key blocks each), a one-token and an empty sequence, 16 heads, page 64. Every k/v buffer
     row that no valid key uses (page padding between sequences, rows past the chunk) is NaN: the output must not
@@ -468,7 +468,7 @@ def test_gpu_prefill_warp_specialized(mask, monkeypatch):
     code = mask_code(mask, -1)[0]
     assert _triton_prefill._ws_ready(q, poisoned[..., :128], poisoned[..., 128:], pb.kv.blocks, None, code)
     args = (bro[0], co[0], pb.input_row_offsets)
-    launches = _count_ws_launches(monkeypatch)
+    launches = call_counter(_triton_prefill, "_launch_ws")
     got = ops.mla_prefill_kv_cache_ragged(q, poisoned[..., :128], poisoned[..., 128:], *args, pb.kv, 1, 0.1,
                                           mask=mask, return_lse=True, backend="triton")
     assert launches == [1], "the warp-specialized kernel did not run"
@@ -482,21 +482,9 @@ def test_gpu_prefill_warp_specialized(mask, monkeypatch):
     assert_close_to_reference(got[1], want[1], low[1], eps=LSE_EPS, name="lse")
 
 
-def _count_ws_launches(monkeypatch) -> list[int]:
-    """A one-element list counting the warp-specialized kernel's launches (through `_launch_ws`)."""
-    count = [0]
-    launch = _triton_prefill._launch_ws
-
-    def counted(*args, **kwargs):
-        count[0] += 1
-        return launch(*args, **kwargs)
-    monkeypatch.setattr(_triton_prefill, "_launch_ws", counted)
-    return count
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("mask", ["causal", "null"])
-def test_gpu_prefill_warp_specialized_short_and_chunked(mask, monkeypatch):
+def test_gpu_prefill_warp_specialized_short_and_chunked(mask, call_counter):
     """The warp-specialized kernel (Hopper) through `mla_prefill` with a 256-row buffer: several chunks (later
     chunks start past their sequences' first key, outputs in float32), short sequences (fewer rows than a
     64-row half tile), q laid out head-major; page 64, 16 heads, NaN-poisoned unused cache slots."""
@@ -507,7 +495,7 @@ def test_gpu_prefill_warp_specialized_short_and_chunked(mask, monkeypatch):
                                 device="cuda", lengths=(cached, new))
     q = q.transpose(0, 1).contiguous().transpose(0, 1)  # head-major: the head stride exceeds the row stride
     scale = 192 ** -0.5
-    launches = _count_ws_launches(monkeypatch)
+    launches = call_counter(_triton_prefill, "_launch_ws")
     got = ops.mla_prefill(q, pb.input_row_offsets, pb.kv, 1, weight, scale, buffer_size=256, mask=mask,
                           return_lse=True, backend="triton")
     assert launches[0] >= 3, f"expected the warp-specialized kernel on every chunk, got {launches[0]} launches"

@@ -45,6 +45,11 @@ class DecodeConfig:
     warp_specialized: bool = False
 
 
+# the Gluon kernel's fixed tiling (64 rows, 64-key blocks, two 4-warp consumers; block_n, num_warps and
+# num_stages are what the Triton kernel runs with when the Gluon one cannot take a call)
+WARP_SPECIALIZED = DecodeConfig(block_m=64, block_n=64, num_warps=8, num_stages=2, warp_specialized=True)
+
+
 @dataclass(frozen=True)
 class CombineConfig:
     """Tiles of `_mla_decode_combine_kernel`: pieces, rows and output columns merged per step (pieces are
@@ -113,7 +118,7 @@ def programs_per_sm(*, num_heads: int, max_q: int, batch: int, max_keys: int, ro
 def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q_dtype: torch.dtype,
               cache_dtype: torch.dtype, batch: int = 64, interpret: bool = False,
               compute_dtype: torch.dtype | None = None, tile_scales: bool = False,
-              programs_per_sm: int = 1) -> DecodeConfig:
+              programs_per_sm: int = 1, warp_specialized: bool = False) -> DecodeConfig:
     """Tiles for one decode call (measured on an H200, see benchmarks/decode_probe.py).
 
     Every tile takes 8 warps: a 64-row tile needs two warpgroups for its `[64, kv_lora_rank]` float32
@@ -132,6 +137,12 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     the default worker counts (decode_probe, 128 and 16 heads, B64 N4096). float32 operands (any float32
     input, or q and cache of different types) take the FMA path, whose operands live in registers: 16-row
     tiles.
+
+    `warp_specialized` (the launcher's `decode_ws_ready`: Hopper, bf16, 512 + 64 dims, heads and page size
+    multiples of 64): the Gluon kernel `pagedmla.kernels.mla_decode_ws`. On the H200 (benchmarks/results/session-9/
+    decode-ws-4f150b8.txt, `decode_probe.py`, 128 heads) against this heuristic's Triton tiles: B64 N4096 252.5 ->
+    167.0 us, B128 N4096 495.8 -> 322.4, B128 N8192 954.0 -> 612.5, B1 N16384 41.2 -> 32.3, MTP 2 / 4 tokens at
+    B64 N4096 477.2 -> 314.3 and 964.7 -> 615.2.
 
     FP8 cache or q (`compute_dtype` given: the MMA operands' dtype): the e4m3 tile is copied to shared memory
     as it is (the copies pipeline), converted in registers (`pagedmla.kernels.fp8._e4m3_to_bf16`) and stored
@@ -155,6 +166,8 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     if interpret:
         # the unmasked interior loop on, so that tiny tests run all three key ranges
         return DecodeConfig(block_m=block_m, block_n=16, num_warps=1, num_stages=1, unmasked_interior=True)
+    if warp_specialized and block_m == 64 and num_heads % 64 == 0:
+        return WARP_SPECIALIZED
     if compute_dtype is not None:
         if compute_dtype == torch.float32:
             return DecodeConfig(block_m=16, block_n=32, num_warps=8, num_stages=2)

@@ -35,19 +35,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from .gluon_common import LN2, LOG2E, mma_layout
+
 D_LAT = gl.constexpr(512)
 D_ROPE = gl.constexpr(64)
 COLS = gl.constexpr(256)  # output (and latent) columns per consumer
 BLOCK_M = gl.constexpr(64)
 BLOCK_N = gl.constexpr(64)
-LOG2E = gl.constexpr(1.4426950408889634)
-LN2 = gl.constexpr(0.6931471805599453)
-
-
-@gluon.constexpr_function
-def _mma_layout(n):
-    """Accumulator layout of a 64-row warpgroup MMA over n columns (one consumer's 4 warps)."""
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
 
 
 @gluon.jit
@@ -109,7 +103,7 @@ def _page(lookup_row, k0, hi, page_size):
 def _logits(q_s, qr_s, k_s, kr_s, k_ready, c, k0, lo, hi, qk_scale):
     """Wait for block c's slot, zero its value rows outside [lo, hi) if it is an edge block, and return the
     scaled, masked logits S = q k^T (64 x 64, computed by this consumer alone)."""
-    s_layout: gl.constexpr = _mma_layout(BLOCK_N)
+    s_layout: gl.constexpr = mma_layout(BLOCK_N)
     st = c % 2
     mbarrier.wait(k_ready.index(st), (c // 2) & 1)
     edge = (k0 < lo) | (k0 + BLOCK_N > hi)
@@ -147,8 +141,8 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
               stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr):
     """Consumer C: its role in each pair of key blocks (see the module docstring), output columns
     [256 C, 256 C + 256). `stats` rows: 0 m_a, 1 rowsum(P_a), 2 m_b, 3 rowsum(P_b)."""
-    s_layout: gl.constexpr = _mma_layout(BLOCK_N)
-    o_layout: gl.constexpr = _mma_layout(COLS)
+    s_layout: gl.constexpr = mma_layout(BLOCK_N)
+    o_layout: gl.constexpr = mma_layout(COLS)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     p_op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)

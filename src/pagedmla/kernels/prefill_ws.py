@@ -27,18 +27,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from .gluon_common import LN2, mma_layout
+
 D_NOPE = gl.constexpr(128)
 D_ROPE = gl.constexpr(64)
 D_V = gl.constexpr(128)
 BLOCK_M = gl.constexpr(128)  # query rows per program: two consumers of HALF
 HALF = gl.constexpr(64)
-LN2 = gl.constexpr(0.6931471805599453)
-
-
-@gluon.constexpr_function
-def _mma_layout(n):
-    """Accumulator layout of a 64-row warpgroup MMA over n columns (one consumer's 4 warps)."""
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
 
 
 @gluon.jit
@@ -46,7 +41,7 @@ def _softmax_step(s, m_i, l_i, j0, rows_abs, row_first_abs, key_pos0, num_valid,
                   CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr):
     """One online-softmax step on raw logits s [HALF, BLOCK_N] of buffer keys j0...: P, alpha, new m and l.
     Blocks that reach past the valid keys or (causal) past the first row's position are masked."""
-    s_layout: gl.constexpr = _mma_layout(BLOCK_N)
+    s_layout: gl.constexpr = mma_layout(BLOCK_N)
     s = s * qk_scale
     edge = j0 + BLOCK_N > num_valid
     if CAUSAL:
@@ -69,7 +64,7 @@ def _softmax_step(s, m_i, l_i, j0, rows_abs, row_first_abs, key_pos0, num_valid,
 @gluon.jit
 def _pv(acc, p, alpha, v):
     """acc * alpha + P @ v, issued asynchronously (P from registers in bf16)."""
-    o_layout: gl.constexpr = _mma_layout(D_V)
+    o_layout: gl.constexpr = mma_layout(D_V)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     p_op = gl.convert_layout(p.to(gl.bfloat16), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
     return warpgroup_mma(p_op, v, acc, is_async=True)
@@ -98,8 +93,8 @@ def _consumer(C: gl.constexpr, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_em
     """Query rows [row0 + 64 C, +64) of the sequence (q rows from q_row0 + 64 C). Keys and values have rings of
     their own: a block's keys are released once its logits are done, its values once its P @ V is, so the next
     block's logits can be issued while this block's values (and the previous block's, in an MMA) stay resident."""
-    s_layout: gl.constexpr = _mma_layout(BLOCK_N)
-    o_layout: gl.constexpr = _mma_layout(D_V)
+    s_layout: gl.constexpr = mma_layout(BLOCK_N)
+    o_layout: gl.constexpr = mma_layout(D_V)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_first_abs = cache_len + row0 + HALF * C
     rows_abs = row_first_abs + gl.arange(0, HALF, row_layout)

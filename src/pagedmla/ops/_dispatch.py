@@ -6,6 +6,7 @@ device). Asking for `triton` where no kernel exists is a NotImplementedError, ne
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from collections.abc import Callable
@@ -39,6 +40,25 @@ def _load(target: str) -> Callable:
 
 def interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def gluon_kernels_available() -> bool:
+    """Whether the Gluon (warp-specialized Hopper) kernels can run: they are written against Triton 3.6's Gluon
+    API, which changes between releases; other versions run the Triton kernels."""
+    import triton
+
+    return tuple(int(x) for x in triton.__version__.split(".")[:2]) == (3, 6)
+
+
+def is_hopper(device: torch.device) -> bool:
+    """An NVIDIA Hopper GPU (warpgroup MMAs and TMA; ROCm devices also report type "cuda")."""
+    return device.type == "cuda" and torch.version.hip is None and _capability_major(device.index) == 9
+
+
+@functools.lru_cache(maxsize=16)
+def _capability_major(index: int | None) -> int:
+    # cached: the decode launcher asks on every call (once per layer and step)
+    return torch.cuda.get_device_capability(index)[0]
 
 
 def resolve(op_name: str, backend: str, device: torch.device, features: frozenset[str] = frozenset()) -> str:

@@ -33,12 +33,11 @@ from ..kernels.mla_decode import (
     _mla_decode_kernel,
     _mla_decode_plan_kernel,
 )
-from ._dispatch import interpreter_enabled
+from ._dispatch import gluon_kernels_available, interpreter_enabled, is_hopper
 from ._fp8_tiles import _TL_DTYPES, _tile_mode, compute_dtype
 from .decode import DecodePlan
 
-# the Gluon kernel is written against Triton 3.6's Gluon API (which changes between releases)
-_WS_AVAILABLE = tuple(int(x) for x in triton.__version__.split(".")[:2]) == (3, 6)
+_WS_AVAILABLE = gluon_kernels_available()
 if _WS_AVAILABLE:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
@@ -184,8 +183,7 @@ def decode_ws_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx
     """Whether the warp-specialized kernel (`kernels.mla_decode_ws`) can take this call: Triton 3.6 on a Hopper
     GPU, bf16 q, cache and output, DeepSeek's 512 + 64 dims, heads a multiple of 64, pages a multiple of 64
     slots, no FP8 scales, TMA-readable q and cache."""
-    return (_WS_AVAILABLE and q.device.type == "cuda" and torch.version.hip is None
-            and torch.cuda.get_device_capability(q.device)[0] == 9 and scales is None and q_scale is None
+    return (_WS_AVAILABLE and is_hopper(q.device) and scales is None and q_scale is None
             and not rope_aware and out.dtype == torch.bfloat16 and out.shape[-1] == 512 and q.shape[-1] == 576
             and blocks.shape[5] == 576 and q.shape[1] % 64 == 0 and blocks.shape[3] % 64 == 0
             and _ws_q_rows(q) is not None and _ws_cache_rows(blocks, layer_idx) is not None)
@@ -248,6 +246,8 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
     else:
         cd = q.dtype
         ieee = torch.float32 in (q.dtype, blocks.dtype) or q.dtype != blocks.dtype
+    ws_ok = not interpret and decode_ws_ready(q, blocks, out, scales, q_scale if q_fp8 else None, rope_aware,
+                                              layer_idx)
     if config is None:
         per_sm = launch_programs_per_sm(rope_aware=rope_aware, num_workers=num_workers,
                                         tiles=triton.cdiv(max_q * num_heads, block_m_for(num_heads, max_q)),
@@ -255,7 +255,7 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
         config = heuristic(num_heads=num_heads, max_q=max_q, kv_lora_rank=kv_lora_rank, rope_dim=rope,
                            q_dtype=q.dtype, cache_dtype=blocks.dtype, batch=batch, interpret=interpret,
                            compute_dtype=cd if quant else None, tile_scales=modes[0] in (2, 3),
-                           programs_per_sm=per_sm)
+                           programs_per_sm=per_sm, warp_specialized=ws_ok)
     cfg = config
     max_rows = max_q * num_heads
     num_tiles = triton.cdiv(max_rows, cfg.block_m)
@@ -266,8 +266,7 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
     part_lse = torch.empty((part_out.shape[0], rows_pad), dtype=torch.float32, device=q.device)
     sink = attn_sink if attn_sink is not None else lse
     s_strides = (scales.stride(0), scales.stride(2), scales.stride(3)) if scales is not None else (0, 0, 0)
-    if cfg.warp_specialized and cfg.block_m == 64 and decode_ws_ready(q, blocks, out, scales, q_scale if q_fp8 else None,
-                                                                       rope_aware, layer_idx):
+    if cfg.warp_specialized and cfg.block_m == 64 and ws_ok:
         _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx, scale, mask_code, window,
                    out, lse, schedule, sink, part_out, part_lse, num_tiles)
     else:

@@ -13,12 +13,12 @@ import triton
 
 from ..configs.prefill import DecompressConfig, PrefillConfig, decompress_heuristic, prefill_heuristic
 from ..kernels.prefill import _gather_latent_kernel, _mla_prefill_kernel, _prefill_plan_kernel
-from ._dispatch import interpreter_enabled
+from ._dispatch import gluon_kernels_available, interpreter_enabled, is_hopper
 from ._triton_cache_write import search_steps
 
 # Gluon (Triton's explicit-layout dialect) changes between Triton releases: the warp-specialized prefill is
 # written and tested against Triton 3.6; with any other version the Triton kernel runs.
-_WS_AVAILABLE = tuple(int(x) for x in triton.__version__.split(".")[:2]) == (3, 6)
+_WS_AVAILABLE = gluon_kernels_available()
 if _WS_AVAILABLE:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
@@ -92,11 +92,6 @@ def _head_block(size: int) -> int:
     return max(16, triton.next_power_of_2(size))
 
 
-def _hopper(device: torch.device) -> bool:
-    """An NVIDIA Hopper GPU (warpgroup MMAs and TMA; ROCm devices also report type "cuda")."""
-    return device.type == "cuda" and torch.version.hip is None and torch.cuda.get_device_capability(device)[0] == 9
-
-
 def _tma_2d(x: torch.Tensor, width: int) -> torch.Tensor | None:
     """`x` [rows, heads, width] (or [rows, width]) as a 2-D view whose row holds every head's columns
     (`[rows, (heads - 1) * head_stride + width]`), or None when TMA cannot read it (unit last stride, 16-byte
@@ -157,7 +152,7 @@ def mla_prefill_kv_cache_ragged(q, k, v, buffer_row_offsets, cache_offsets, inpu
     if num_rows == 0 or batch == 0:
         return
     interpret = interpreter_enabled()
-    hopper = not interpret and _hopper(q.device)
+    hopper = not interpret and is_hopper(q.device)
     cfg = config or prefill_heuristic(fp8_cache=scales is not None, interpret=interpret, num_heads=num_heads,
                                       rows_per_sequence=num_rows / batch, hopper=hopper)
     # the kernel's shared memory holds 2-3 stages of 64- or 128-key blocks; one stage would deadlock its rings
