@@ -257,7 +257,7 @@ def prefill_ws(block_n: int, stages: int):
     types.update(out_ptr="*bf16", lse_ptr="*fp32", bro_ptr="*i32", co_ptr="*i32", offsets_ptr="*i32",
                  cache_lengths_ptr="*i32")
     const = dict(CAUSAL=True, TMA_OUT=True, BLOCK_N=block_n, STAGES=stages, SEARCH_CHUNKS=1, SEARCH_BLOCK=128,
-                 CONSUMER_REGS=232, LOADER_REGS=24)
+                 CONSUMER_REGS=240)
     return _prefill_ws_kernel, types, const, 4, stages
 
 

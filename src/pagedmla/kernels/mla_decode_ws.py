@@ -339,9 +339,17 @@ def _mla_decode_ws_kernel(
 
     # two partitions of one warpgroup each: a third (a loader warp) would cap every thread at 168 registers,
     # and the consumers' accumulators need more (ptxas then serializes the logits' MMAs)
-    args = (q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready, k_empty,
-            got_a, got_b, got_pa, stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, sink_ptr,
-            out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, t, batch, num_heads, num_workers, mask_code, window,
-            qk_scale, page_size, page_rows, layer_row0, stride_lt_b, stride_o_t, stride_o_h, stride_lse_t,
-            stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK)
-    gl.warp_specialize([(_consumer, (0,) + args), (_consumer, (1,) + args)], [4], [CONSUMER_REGS])
+    gl.warp_specialize([
+        (_consumer, (0, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready,
+                    k_empty, got_a, got_b, got_pa, stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr,
+                    lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, t, batch, num_heads,
+                    num_workers, mask_code, window, qk_scale, page_size, page_rows, layer_row0, stride_lt_b,
+                    stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
+                    HAS_SINK)),
+        (_consumer, (1, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready,
+                    k_empty, got_a, got_b, got_pa, stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr,
+                    lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, t, batch, num_heads,
+                    num_workers, mask_code, window, qk_scale, page_size, page_rows, layer_row0, stride_lt_b,
+                    stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
+                    HAS_SINK)),
+    ], [4], [CONSUMER_REGS])

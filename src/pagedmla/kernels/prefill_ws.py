@@ -1,13 +1,14 @@
 """Warp-specialized ragged MLA prefill attention for Hopper, in Gluon (Triton's explicit-layout dialect).
 
 The Triton kernel of `pagedmla.kernels.prefill` runs every warp through loads, MMAs and softmax in step (its
-copies end in a CTA-wide barrier each block). This kernel splits the work the way FlashAttention-3 does:
-- a 1-warp loader partition issues TMA copies: the q tile once, then each key block's keys (128 columns from
-  `k`, 64 rope columns from a contiguous copy of the chunk's rope rows) and values into rings of STAGES
-  buffers (keys and values in rings of their own, each with "ready" and "empty" mbarriers);
-- two 4-warp consumer partitions, 64 query rows each: S = q k^T by warpgroup MMAs from shared memory, the online
-  softmax in registers, O += P V with P from registers. The next block's S is issued before this block's
-  softmax, so the tensor cores work during it.
+copies end in a CTA-wide barrier each block). This kernel splits the work the way FlashAttention-3 does, in two 4-warp consumer partitions of 64 query rows
+each: S = q k^T by warpgroup MMAs from shared memory, the online softmax in registers, O += P V with P from
+registers. One consumer's softmax runs while the other's MMAs do.
+Consumer 0 also issues the TMA copies: the q tile once, then each key block's keys (128 columns from `k`, 64
+rope columns from a contiguous copy of the chunk's rope rows) and values into rings of STAGES buffers (keys and
+values in rings of their own, each with "ready" and "empty" mbarriers). A separate 1-warp loader partition
+(measured first, 0.73-0.89 of cuDNN) made Triton cap every thread at 168 registers for the whole kernel, which
+led ptxas to serialize every warpgroup MMA.
 
 Scope (the host checks it; anything else runs the Triton kernel): bf16 q, k, v, q/k head size 128 + 64 rope, v
 128, the `null` and `causal` masks, a bf16 cache. Same program grid and sequence lookup as the Triton kernel.
@@ -86,13 +87,17 @@ def _zero_invalid_values(v_tile, v_clean, j0, num_valid, C: gl.constexpr, BLOCK_
 
 
 @gluon.jit
-def _consumer(C: gl.constexpr, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_empty, v_ready, v_empty, v_clean,
-              o_desc, out_ptr, lse_ptr, q_row0, row0, num_q, cache_len, key_pos0, num_valid, n_blocks, head, qk_scale,
-              stride_o_t, stride_o_h, stride_o_d, stride_lse_t, stride_lse_h,
-              CAUSAL: gl.constexpr, TMA_OUT: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+def _consumer(C: gl.constexpr, qn_desc, qr_desc, k_desc, kr_desc, v_desc, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready,
+              k_empty, v_ready, v_empty, v_clean, o_desc, out_ptr, lse_ptr, q_row0, row0, num_q, cache_len, key_pos0,
+              num_valid, n_blocks, head, qk_scale, key_row0, q_col, k_col, v_col, stride_o_t, stride_o_h, stride_o_d,
+              stride_lse_t, stride_lse_h, CAUSAL: gl.constexpr, TMA_OUT: gl.constexpr, BLOCK_N: gl.constexpr,
+              STAGES: gl.constexpr):
     """Query rows [row0 + 64 C, +64) of the sequence (q rows from q_row0 + 64 C). Keys and values have rings of
     their own: a block's keys are released once its logits are done, its values once its P @ V is, so the next
-    block's logits can be issued while this block's values (and the previous block's, in an MMA) stay resident."""
+    block's values can still be loading. Consumer 0 also issues the copies: q and the first STAGES blocks, then
+    each block's keys or values once both consumers released its slot. Every wait for MMAs waits for all of
+    them, and no MMA is in flight while registers of another are written: otherwise ptxas serializes every MMA
+    of the kernel (it did, with the next block's logits issued before this block's softmax)."""
     s_layout: gl.constexpr = mma_layout(BLOCK_N)
     o_layout: gl.constexpr = mma_layout(D_V)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
@@ -102,40 +107,41 @@ def _consumer(C: gl.constexpr, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_em
     qr = qr_s.index(C)
     m_i = gl.full([HALF], float("-inf"), gl.float32, row_layout)
     l_i = gl.zeros([HALF], gl.float32, row_layout)
-    # an accumulator value from the start: the loop carries the P @ V still in flight
+    # an accumulator value from the start: the loop carries the P @ V in flight
     acc = warpgroup_mma_init(gl.zeros([HALF, D_V], gl.float32, o_layout))
     zero_s = gl.zeros([HALF, BLOCK_N], gl.float32, s_layout)
 
+    if C == 0:
+        mbarrier.expect(q_bar, 2 * qn_desc.block_type.nbytes + 2 * qr_desc.block_type.nbytes)
+        for c in gl.static_range(2):
+            tma.async_copy_global_to_shared(qn_desc, [q_row0 + HALF * c, q_col], q_bar, qn_s.index(c))
+            tma.async_copy_global_to_shared(qr_desc, [q_row0 + HALF * c, q_col + D_NOPE], q_bar, qr_s.index(c))
+        for j in gl.static_range(STAGES):
+            _load_keys(k_desc, kr_desc, kn_s, kr_s, k_ready, k_empty, j, n_blocks, key_row0, k_col, BLOCK_N, STAGES)
+            _load_values(v_desc, v_s, v_ready, v_empty, j, n_blocks, key_row0, v_col, BLOCK_N, STAGES)
     mbarrier.wait(q_bar, 0)
-    mbarrier.wait(k_ready.index(0), 0)
-    s = warpgroup_mma(qn, kn_s.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    s = warpgroup_mma(qr, kr_s.index(0).permute((1, 0)), s, is_async=True)
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-    mbarrier.arrive(k_empty.index(0))
-    for i in range(n_blocks - 1):
-        # the next block's logits go to the tensor cores before this block's softmax
-        nx = (i + 1) % STAGES
-        mbarrier.wait(k_ready.index(nx), ((i + 1) // STAGES) & 1)
-        s_next = warpgroup_mma(qn, kn_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        s_next = warpgroup_mma(qr, kr_s.index(nx).permute((1, 0)), s_next, is_async=True)
+    for i in range(n_blocks):
+        # S of block i queues behind P @ V of block i - 1; both retire before this block's softmax, which runs
+        # while the other consumer's MMAs do
+        st = i % STAGES
+        mbarrier.wait(k_ready.index(st), (i // STAGES) & 1)
+        s = warpgroup_mma(qn, kn_s.index(st).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        s = warpgroup_mma(qr, kr_s.index(st).permute((1, 0)), s, is_async=True)
+        acc, s = warpgroup_mma_wait(num_outstanding=0, deps=(acc, s))
+        mbarrier.arrive(k_empty.index(st))
+        mbarrier.arrive(v_empty.index((i + STAGES - 1) % STAGES), pred=i > 0)
+        if C == 0:
+            _load_keys(k_desc, kr_desc, kn_s, kr_s, k_ready, k_empty, i + STAGES, n_blocks, key_row0, k_col,
+                       BLOCK_N, STAGES)
+            if i > 0:
+                _load_values(v_desc, v_s, v_ready, v_empty, i - 1 + STAGES, n_blocks, key_row0, v_col, BLOCK_N,
+                             STAGES)
         p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, i * BLOCK_N, rows_abs, row_first_abs, key_pos0, num_valid,
                                            qk_scale, CAUSAL, BLOCK_N)
-        # P @ V of block i - 1 is the oldest MMA group in flight (the next logits' two are newer)
-        acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc,))
-        mbarrier.arrive(v_empty.index((i + STAGES - 1) % STAGES), pred=i > 0)
-        mbarrier.wait(v_ready.index(i % STAGES), (i // STAGES) & 1)
-        acc = _pv(acc, p, alpha, v_s.index(i % STAGES))
-        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_next,))
-        mbarrier.arrive(k_empty.index(nx))
-    last = n_blocks - 1
-    p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, last * BLOCK_N, rows_abs, row_first_abs, key_pos0, num_valid,
-                                       qk_scale, CAUSAL, BLOCK_N)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    mbarrier.arrive(v_empty.index((last + STAGES - 1) % STAGES), pred=last > 0)
-    mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
-    if last * BLOCK_N + BLOCK_N > num_valid:
-        _zero_invalid_values(v_s.index(last % STAGES), v_clean, last * BLOCK_N, num_valid, C, BLOCK_N)
-    acc = _pv(acc, p, alpha, v_s.index(last % STAGES))
+        mbarrier.wait(v_ready.index(st), (i // STAGES) & 1)
+        if i * BLOCK_N + BLOCK_N > num_valid:
+            _zero_invalid_values(v_s.index(st), v_clean, i * BLOCK_N, num_valid, C, BLOCK_N)
+        acc = _pv(acc, p, alpha, v_s.index(st))
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
     has_key = l_i > 0.0
@@ -160,26 +166,29 @@ def _consumer(C: gl.constexpr, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_em
 
 
 @gluon.jit
-def _loader(qn_desc, qr_desc, k_desc, kr_desc, v_desc, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_empty,
-            v_ready, v_empty, q_row0, key_row0, q_col, k_col, v_col, n_blocks,
-            BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    mbarrier.expect(q_bar, 2 * qn_desc.block_type.nbytes + 2 * qr_desc.block_type.nbytes)
-    for c in gl.static_range(2):
-        tma.async_copy_global_to_shared(qn_desc, [q_row0 + HALF * c, q_col], q_bar, qn_s.index(c))
-        tma.async_copy_global_to_shared(qr_desc, [q_row0 + HALF * c, q_col + D_NOPE], q_bar, qr_s.index(c))
-    for i in range(n_blocks):
-        st = i % STAGES
-        # a fresh barrier passes a wait for parity 1: the first STAGES loads of each ring go at once
-        phase = ((i // STAGES) & 1) ^ 1
-        row = key_row0 + i * BLOCK_N
-        mbarrier.wait(k_empty.index(st), phase)
+def _load_keys(k_desc, kr_desc, kn_s, kr_s, k_ready, k_empty, j, n_blocks, key_row0, k_col, BLOCK_N: gl.constexpr,
+               STAGES: gl.constexpr):
+    """TMA copies of block j's keys (128 columns of k, 64 rope columns) into ring slot j % STAGES, once both
+    consumers released the slot's previous block (a fresh barrier passes a wait for parity 1); none past the
+    last block."""
+    if j < n_blocks:
+        st = j % STAGES
+        mbarrier.wait(k_empty.index(st), ((j // STAGES) & 1) ^ 1)
         bar = k_ready.index(st)
         mbarrier.expect(bar, k_desc.block_type.nbytes + kr_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [row, k_col], bar, kn_s.index(st))
-        tma.async_copy_global_to_shared(kr_desc, [row, 0], bar, kr_s.index(st))
-        mbarrier.wait(v_empty.index(st), phase)
+        tma.async_copy_global_to_shared(k_desc, [key_row0 + j * BLOCK_N, k_col], bar, kn_s.index(st))
+        tma.async_copy_global_to_shared(kr_desc, [key_row0 + j * BLOCK_N, 0], bar, kr_s.index(st))
+
+
+@gluon.jit
+def _load_values(v_desc, v_s, v_ready, v_empty, j, n_blocks, key_row0, v_col, BLOCK_N: gl.constexpr,
+                 STAGES: gl.constexpr):
+    """TMA copy of block j's values into ring slot j % STAGES (as `_load_keys`)."""
+    if j < n_blocks:
+        st = j % STAGES
+        mbarrier.wait(v_empty.index(st), ((j // STAGES) & 1) ^ 1)
         mbarrier.expect(v_ready.index(st), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [row, v_col], v_ready.index(st), v_s.index(st))
+        tma.async_copy_global_to_shared(v_desc, [key_row0 + j * BLOCK_N, v_col], v_ready.index(st), v_s.index(st))
 
 
 @gluon.jit
@@ -189,7 +198,7 @@ def _prefill_ws_kernel(
     stride_lse_t, stride_lse_h,
     CAUSAL: gl.constexpr, TMA_OUT: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
     SEARCH_CHUNKS: gl.constexpr,
-    SEARCH_BLOCK: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+    SEARCH_BLOCK: gl.constexpr, CONSUMER_REGS: gl.constexpr,
 ):
     """Program (tile slot, head), as `_mla_prefill_kernel`: sequence b owns tile slots [offsets[b] // 128 + b,
     offsets[b+1] // 128 + b + 1), its last (heaviest causal) query tile first; idle slots store nothing.
@@ -246,16 +255,17 @@ def _prefill_ws_kernel(
         mbarrier.init(v_empty.index(st), count=2)
     fence_async_shared()
 
+    # two partitions of one warpgroup each (consumer 0 issues the copies): a third, loader partition would cap
+    # every thread at 168 registers, and ptxas then serializes the MMAs
     gl.warp_specialize([
-        (_consumer, (0, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_empty, v_ready, v_empty, v_clean, o_desc,
-                     out_ptr, lse_ptr, q_row0, row0, num_q, cache_len, key_pos0, num_valid, n_blocks, head, qk_scale,
-                     stride_o_t, stride_o_h, stride_o_d, stride_lse_t, stride_lse_h, CAUSAL, TMA_OUT, BLOCK_N,
-                     STAGES)),
-        (_consumer, (1, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_empty, v_ready, v_empty, v_clean, o_desc,
-                     out_ptr, lse_ptr, q_row0, row0, num_q, cache_len, key_pos0, num_valid, n_blocks, head, qk_scale,
-                     stride_o_t, stride_o_h, stride_o_d, stride_lse_t, stride_lse_h, CAUSAL, TMA_OUT, BLOCK_N,
-                     STAGES)),
-        (_loader, (qn_desc, qr_desc, k_desc, kr_desc, v_desc, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready, k_empty,
-                   v_ready, v_empty, q_row0, key_row0, head * stride_q_h, head * stride_k_h, head * stride_v_h,
-                   n_blocks, BLOCK_N, STAGES)),
-    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+        (_consumer, (0, qn_desc, qr_desc, k_desc, kr_desc, v_desc, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready,
+                    k_empty, v_ready, v_empty, v_clean, o_desc, out_ptr, lse_ptr, q_row0, row0, num_q, cache_len,
+                    key_pos0, num_valid, n_blocks, head, qk_scale, key_row0, head * stride_q_h, head * stride_k_h,
+                    head * stride_v_h, stride_o_t, stride_o_h, stride_o_d, stride_lse_t, stride_lse_h, CAUSAL,
+                    TMA_OUT, BLOCK_N, STAGES)),
+        (_consumer, (1, qn_desc, qr_desc, k_desc, kr_desc, v_desc, qn_s, qr_s, kn_s, kr_s, v_s, q_bar, k_ready,
+                    k_empty, v_ready, v_empty, v_clean, o_desc, out_ptr, lse_ptr, q_row0, row0, num_q, cache_len,
+                    key_pos0, num_valid, n_blocks, head, qk_scale, key_row0, head * stride_q_h, head * stride_k_h,
+                    head * stride_v_h, stride_o_t, stride_o_h, stride_o_d, stride_lse_t, stride_lse_h, CAUSAL,
+                    TMA_OUT, BLOCK_N, STAGES)),
+    ], [4], [CONSUMER_REGS])

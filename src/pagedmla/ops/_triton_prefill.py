@@ -137,8 +137,8 @@ def _launch_ws(cfg: PrefillConfig, q, k, v, buffer_row_offsets, cache_offsets, i
         input_row_offsets, cache_lengths, batch, scale * math.log2(math.e), q.stride(1), k.stride(1), v.stride(1),
         out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
         CAUSAL=mask_code == 1, TMA_OUT=o2d is not None, BLOCK_N=bn, STAGES=cfg.num_stages,
-        SEARCH_CHUNKS=triton.cdiv(batch, _SEARCH_BLOCK), SEARCH_BLOCK=_SEARCH_BLOCK, CONSUMER_REGS=232,
-        LOADER_REGS=24, num_warps=4,
+        SEARCH_CHUNKS=triton.cdiv(batch, _SEARCH_BLOCK), SEARCH_BLOCK=_SEARCH_BLOCK, CONSUMER_REGS=240,
+        num_warps=4,
     )
 
 
