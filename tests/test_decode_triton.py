@@ -948,13 +948,34 @@ def test_warp_specialized_q_rows():
     assert _triton_decode._ws_q_rows(q.float()) is None
 
 
-def test_warp_specialized_dispatch_rules():
-    """Off Hopper (CPU tensors here) the Gluon kernel never takes a call; the heuristic picks it only when the
-    launcher says it can run and the tiles are 64 rows of heads."""
+def test_warp_specialized_dispatch_rules(monkeypatch):
+    """`decode_ws_ready` on a Hopper GPU (patched in, so the rules run here on CPU tensors): the Gluon kernel
+    takes bf16 DeepSeek-dim calls with heads and page size multiples of 64 and TMA-readable tensors, nothing
+    else; off Hopper, nothing. The heuristic picks it only when the launcher says it can run."""
     q = torch.randn(2, 128, 576).to(torch.bfloat16)
     blocks = torch.randn(4, 1, 2, 64, 1, 576).to(torch.bfloat16)
     out = torch.empty(2, 128, 512, dtype=torch.bfloat16)
-    assert not _triton_decode.decode_ws_ready(q, blocks, out, None, None, False, 0)
+
+    def ready(q=q, blocks=blocks, out=out, scales=None, q_scale=None, rope_aware=False):
+        return _triton_decode.decode_ws_ready(q, blocks, out, scales, q_scale, rope_aware, 1)
+    assert not ready()  # CPU tensors: not Hopper
+    monkeypatch.setattr(_triton_decode, "is_hopper", lambda device: True)
+    assert ready() == _triton_decode._WS_AVAILABLE
+    if not _triton_decode._WS_AVAILABLE:
+        return
+    assert ready(q=q[:, :64].contiguous(), out=out[:, :64])  # 64 heads
+    assert not ready(q=q[:, :64])  # a head range of a wider q: its rows are not at one stride
+    assert not ready(q=q[:, :96].contiguous(), out=out[:, :96])  # a tile would straddle two tokens
+    assert not ready(blocks=torch.randn(16, 1, 2, 16, 1, 576).to(torch.bfloat16))  # 16-slot pages
+    assert ready(blocks=torch.randn(2, 1, 2, 128, 1, 576).to(torch.bfloat16))  # 128-slot pages
+    assert not ready(q=q.half(), blocks=blocks.half(), out=out.half())
+    assert not ready(scales=torch.ones(4, 1, 2, 64, 1, 1))
+    assert not ready(rope_aware=True)
+    assert not ready(q=q.transpose(0, 1).contiguous().transpose(0, 1))  # head-major q
+    assert not ready(q=torch.zeros(1, 1, 576, dtype=torch.bfloat16).expand(2, 128, 576))  # overlapping rows
+    assert not ready(out=torch.empty(2, 128, 1024, dtype=torch.bfloat16)[..., ::2])  # strided output columns
+    wide = torch.empty(2, 128, 640, dtype=torch.bfloat16)[..., :576]
+    assert ready(q=wide)  # a 640-element head stride is still a fixed row stride
     common = dict(kv_lora_rank=512, rope_dim=64, q_dtype=torch.bfloat16, cache_dtype=torch.bfloat16, batch=64)
     assert heuristic(num_heads=128, max_q=1, warp_specialized=True, **common) == WARP_SPECIALIZED
     assert heuristic(num_heads=64, max_q=2, warp_specialized=True, **common) == WARP_SPECIALIZED

@@ -30,8 +30,8 @@ class DecodeConfig:
             keep them); off: one masked loop over every block. On the H200 (bf16, 64-row tiles, 128 heads) it
             took 1219 -> 1112 us at B128 N8192 and 323 -> 296 us at B64 N4096 (see `heuristic` for 16 rows).
         maxnreg: cap on registers per thread (None: the compiler's choice), so that more programs share an SM.
-        warp_specialized: run the Gluon kernel `pagedmla.kernels.mla_decode_ws` (a TMA loader warp and two
-            consumer warpgroups) where it applies (`ops._triton_decode.decode_ws_ready`: Hopper, bf16, 512 + 64
+        warp_specialized: run the Gluon kernel `pagedmla.kernels.mla_decode_ws` (two consumer warpgroups,
+            one of which issues the TMA copies) where it applies (`ops._triton_decode.decode_ws_ready`: Hopper, bf16, 512 + 64
             dims, heads and page size multiples of 64); other calls run `_mla_decode_kernel` with this config.
     """
 
@@ -47,7 +47,8 @@ class DecodeConfig:
 
 # the Gluon kernel's fixed tiling (64 rows, 64-key blocks, two 4-warp consumers; block_n, num_warps and
 # num_stages are what the Triton kernel runs with when the Gluon one cannot take a call)
-WARP_SPECIALIZED = DecodeConfig(block_m=64, block_n=64, num_warps=8, num_stages=2, warp_specialized=True)
+WARP_SPECIALIZED = DecodeConfig(block_m=64, block_n=64, num_warps=8, num_stages=2, unmasked_interior=True,
+                                warp_specialized=True)
 
 
 @dataclass(frozen=True)

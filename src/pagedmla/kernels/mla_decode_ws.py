@@ -3,12 +3,13 @@
 Same work decomposition as `pagedmla.kernels.mla_decode` (program = worker w x row tile t over the split-KV
 schedule, partial results merged by its combine kernel), for head counts that are multiples of 64: a 64-row
 tile is then 64 heads of one query token, so every row of it sees the same key interval [lo, hi) under every
-mask. Partitions:
-- a 1-warp loader issues TMA copies: the tile's q (512 latent + 64 rope columns) once per piece of a sequence,
-  then each 64-key block of the cache (a page piece: page sizes are multiples of 64) into a 2-slot ring, as two
-  256-column latent halves and the rope columns. The latent columns serve as the keys' latent part and as the
-  values.
-- two 4-warp consumers; consumer c owns output columns [256 c, 256 c + 256). They take the key blocks in pairs
+mask. Two partitions, 4-warp consumers (a third, loader partition would make Triton compile every thread
+under 168 registers, and ptxas then serializes the MMAs):
+- consumer 0 also issues the TMA copies: the tile's q (512 latent + 64 rope columns) once per piece of a
+  sequence, then each 64-key block of the cache (a page piece: page sizes are multiples of 64) into a 2-slot
+  ring, as two 256-column latent halves and the rope columns, once consumer 1 released the slot. The latent
+  columns serve as the keys' latent part and as the values.
+- consumer c owns output columns [256 c, 256 c + 256). They take the key blocks in pairs
   (a, b) and split the work of a pair so that one's softmax runs while the other's MMAs do ("seesaw"):
     consumer 0: S_a = q k_a^T; m_a = max(m, rowmax S_a); P_a = exp(S_a - m_a); O_0 = O_0 e^(m - m_a) + P_a V_a
     consumer 1: S_b = q k_b^T (while consumer 0 works on a); m_b = max(m_a, rowmax S_b); P_b = exp(S_b - m_b);
@@ -300,7 +301,10 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
                     gl.store(part_lse_ptr + slot * stride_pl_s + t * BLOCK_M + rows, lse)
 
 
-@gluon.jit
+# like `_mla_decode_kernel`: no recompile when a size becomes 1 or changes its divisibility by 16 (a multi-second
+# compile in the middle of serving, or inside a CUDA-graph capture)
+@gluon.jit(do_not_specialize=["batch", "num_heads", "num_workers", "num_tiles", "mask_code", "window", "page_size",
+                              "page_rows", "layer_row0"])
 def _mla_decode_ws_kernel(
     q_desc, qr_desc, k_desc, kr_desc, out_ptr, lse_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, schedule_ptr,
     sink_ptr, part_out_ptr, part_lse_ptr,

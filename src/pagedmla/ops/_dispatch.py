@@ -52,11 +52,14 @@ def gluon_kernels_available() -> bool:
 
 def is_hopper(device: torch.device) -> bool:
     """An NVIDIA Hopper GPU (warpgroup MMAs and TMA; ROCm devices also report type "cuda")."""
-    return device.type == "cuda" and torch.version.hip is None and _capability_major(device.index) == 9
+    if device.type != "cuda" or torch.version.hip is not None:
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _capability_major(index) == 9
 
 
 @functools.lru_cache(maxsize=16)
-def _capability_major(index: int | None) -> int:
+def _capability_major(index: int) -> int:
     # cached: the decode launcher asks on every call (once per layer and step)
     return torch.cuda.get_device_capability(index)[0]
 

@@ -159,8 +159,8 @@ def _ws_cache_rows(blocks: torch.Tensor, layer_idx: int) -> tuple[torch.Tensor, 
     rows per page, the layer's first row), or None when TMA cannot read it (16-byte alignment, page and layer
     strides that are whole rows)."""
     sb, sl, ss = blocks.stride(0), blocks.stride(2), blocks.stride(3)
-    if (blocks.stride(5) != 1 or ss <= 0 or sb % ss or sl % ss or (ss * 2) % 16 or blocks.data_ptr() % 16
-            or blocks.dtype != torch.bfloat16):
+    if (blocks.stride(5) != 1 or ss < blocks.shape[5] or sb % ss or sl % ss or (ss * 2) % 16
+            or blocks.data_ptr() % 16 or blocks.dtype != torch.bfloat16):
         return None
     num_blocks, _, num_layers, page_size = blocks.shape[:4]
     rows = (num_blocks - 1) * (sb // ss) + (num_layers - 1) * (sl // ss) + page_size
@@ -173,18 +173,19 @@ def _ws_q_rows(q: torch.Tensor) -> torch.Tensor | None:
     """q `[T, H, 576]` as TMA rows `[T * H, 576]` (row = token * H + head), or None when its strides do not
     allow it."""
     rows, heads, width = q.shape
-    if (q.dtype != torch.bfloat16 or q.stride(2) != 1 or q.stride(0) != heads * q.stride(1) or (q.stride(1) * 2) % 16
-            or q.data_ptr() % 16 or rows * heads >= 2 ** 31):
+    if (q.dtype != torch.bfloat16 or q.stride(2) != 1 or q.stride(1) < width or q.stride(0) != heads * q.stride(1)
+            or (q.stride(1) * 2) % 16 or q.data_ptr() % 16 or rows * heads >= 2 ** 31):
         return None
     return q.as_strided((rows * heads, width), (q.stride(1), 1))
 
 
 def decode_ws_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx: int) -> bool:
     """Whether the warp-specialized kernel (`kernels.mla_decode_ws`) can take this call: Triton 3.6 on a Hopper
-    GPU, bf16 q, cache and output, DeepSeek's 512 + 64 dims, heads a multiple of 64, pages a multiple of 64
-    slots, no FP8 scales, TMA-readable q and cache."""
+    GPU, bf16 q, cache and output (unit last stride), DeepSeek's 512 + 64 dims, heads a multiple of 64, pages a
+    multiple of 64 slots, no FP8 scales, TMA-readable q and cache."""
     return (_WS_AVAILABLE and is_hopper(q.device) and scales is None and q_scale is None
-            and not rope_aware and out.dtype == torch.bfloat16 and out.shape[-1] == 512 and q.shape[-1] == 576
+            and not rope_aware and out.dtype == torch.bfloat16 and out.shape[-1] == 512 and out.stride(-1) == 1
+            and q.shape[-1] == 576
             and blocks.shape[5] == 576 and q.shape[1] % 64 == 0 and blocks.shape[3] % 64 == 0
             and _ws_q_rows(q) is not None and _ws_cache_rows(blocks, layer_idx) is not None)
 
