@@ -1,14 +1,14 @@
 """Warp-specialized ragged MLA prefill attention for Hopper, in Gluon (Triton's explicit-layout dialect).
 
 The Triton kernel of `pagedmla.kernels.prefill` runs every warp through loads, MMAs and softmax in step (its
-copies end in a CTA-wide barrier each block). This kernel splits the work the way FlashAttention-3 does, in two 4-warp consumer partitions of 64 query rows
-each: S = q k^T by warpgroup MMAs from shared memory, the online softmax in registers, O += P V with P from
-registers. One consumer's softmax runs while the other's MMAs do.
+copies end in a CTA-wide barrier each block). This kernel splits the work the way FlashAttention-3 does, in two
+4-warp consumer partitions of 64 query rows each: S = q k^T by warpgroup MMAs from shared memory, the online
+softmax in registers, O += P V with P from registers. One consumer's softmax runs while the other's MMAs do.
 Consumer 0 also issues the TMA copies: the q tile once, then each key block's keys (128 columns from `k`, 64
 rope columns from a contiguous copy of the chunk's rope rows) and values into rings of STAGES buffers (keys and
 values in rings of their own, each with "ready" and "empty" mbarriers). A separate 1-warp loader partition
-(measured first, 0.73-0.89 of cuDNN) made Triton cap every thread at 168 registers for the whole kernel, which
-led ptxas to serialize every warpgroup MMA.
+(measured first, 0.73-0.89 of cuDNN) made Triton cap every thread at 168 registers for the whole kernel, and
+ptxas serialized every warpgroup MMA.
 
 Scope (the host checks it; anything else runs the Triton kernel): bf16 q, k, v, q/k head size 128 + 64 rope, v
 128, the `null` and `causal` masks, a bf16 cache. Same program grid and sequence lookup as the Triton kernel.

@@ -213,7 +213,8 @@ def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_
 def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx: int, scale: float,
                   mask_code: int, window: int, out, lse, schedule, *, max_seq_length: int, attn_sink=None,
                   qk_rope_head_dim: int = 64, scales=None, q_scale=None, quant_granularity: int = 0,
-                  rope_aware: bool = False, config: DecodeConfig | None = None, combine_config: CombineConfig | None = None) -> None:
+                  rope_aware: bool = False, config: DecodeConfig | None = None,
+                  combine_config: CombineConfig | None = None) -> None:
     """Run the dense decode with a built schedule; fills `out` `[T, H, kv_lora_rank]` and `lse` `[T, H]`.
 
     `scales` (float32 `[num_blocks, 1, num_layers, page_size, 1, ceil(head_size / G)]`) dequantizes an FP8
@@ -275,9 +276,9 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
             q, out, lse, blocks, input_row_offsets, cache_lengths, lookup_table, schedule, sink, part_out, part_lse,
             scales if scales is not None else blocks, q_scale if q_fp8 else q, rope_view, q_rope,
             batch, num_heads, num_workers, num_tiles, layer_idx, blocks.shape[3], mask_code, window, scale * _LOG2E,
-            q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), lookup_table.stride(0),
-            blocks.stride(0), blocks.stride(2), blocks.stride(3), part_out.stride(0), part_out.stride(1),
-            part_lse.stride(0), *s_strides, rope_view.stride(0), rope_view.stride(2), rope_view.stride(3),
+            q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
+            lookup_table.stride(0), blocks.stride(0), blocks.stride(2), blocks.stride(3), part_out.stride(0),
+            part_out.stride(1), part_lse.stride(0), *s_strides, rope_view.stride(0), rope_view.stride(2), rope_view.stride(3),
             q_rope.stride(0), q_rope.stride(1),
             KV_LORA_RANK=kv_lora_rank, ROPE_DIM=rope, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
             HAS_SINK=attn_sink is not None, BLOCK_IN_PAGE=blocks.shape[3] % cfg.block_n == 0, IEEE=ieee,
