@@ -46,8 +46,7 @@ BLOCK_N = gl.constexpr(64)
 
 
 @gluon.jit
-def _piece(schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, batch, num_heads, num_workers, mask_code,
-           window):
+def _piece(schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, num_heads, mask_code, window):
     """The key interval [lo, hi) of tile t's rows in worker w's piece of sequence b, the piece's flags (rows
     present, whole sequence) and the tile's query row (token, first head). Every partition computes it."""
     sched = schedule_ptr + (1 + w) * 4
@@ -137,7 +136,7 @@ def _no_inf(x):
 @gluon.jit
 def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty,
               k_ready, k_empty, got_a, got_b, got_pa, stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr,
-              lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, t, batch, num_heads, num_workers,
+              lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, t, batch, num_heads,
               mask_code, window, qk_scale, page_size, page_rows, layer_row0, stride_lt_b, stride_o_t, stride_o_h,
               stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr):
     """Consumer C: its role in each pair of key blocks (see the module docstring), output columns
@@ -155,7 +154,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
     pieces = 0
     for b in range(first_seq, last_seq + 1):
         active, whole, lo, hi, k_lo, n_blocks, q_tok, head0 = _piece(
-            schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, batch, num_heads, num_workers, mask_code, window)
+            schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, num_heads, mask_code, window)
         if active:
             m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
             l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
@@ -303,12 +302,12 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
 
 # like `_mla_decode_kernel`: no recompile when a size becomes 1 or changes its divisibility by 16 (a multi-second
 # compile in the middle of serving, or inside a CUDA-graph capture)
-@gluon.jit(do_not_specialize=["batch", "num_heads", "num_workers", "num_tiles", "mask_code", "window", "page_size",
+@gluon.jit(do_not_specialize=["batch", "num_heads", "num_tiles", "mask_code", "window", "page_size",
                               "page_rows", "layer_row0"])
 def _mla_decode_ws_kernel(
     q_desc, qr_desc, k_desc, kr_desc, out_ptr, lse_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, schedule_ptr,
     sink_ptr, part_out_ptr, part_lse_ptr,
-    batch, num_heads, num_workers, num_tiles, mask_code, window, qk_scale, page_size, page_rows, layer_row0,
+    batch, num_heads, num_tiles, mask_code, window, qk_scale, page_size, page_rows, layer_row0,
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
     HAS_SINK: gl.constexpr, CONSUMER_REGS: gl.constexpr,
 ):
@@ -347,13 +346,13 @@ def _mla_decode_ws_kernel(
         (_consumer, (0, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready,
                     k_empty, got_a, got_b, got_pa, stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr,
                     lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, t, batch, num_heads,
-                    num_workers, mask_code, window, qk_scale, page_size, page_rows, layer_row0, stride_lt_b,
+                    mask_code, window, qk_scale, page_size, page_rows, layer_row0, stride_lt_b,
                     stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
                     HAS_SINK)),
         (_consumer, (1, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready,
                     k_empty, got_a, got_b, got_pa, stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr,
                     lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, t, batch, num_heads,
-                    num_workers, mask_code, window, qk_scale, page_size, page_rows, layer_row0, stride_lt_b,
+                    mask_code, window, qk_scale, page_size, page_rows, layer_row0, stride_lt_b,
                     stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
                     HAS_SINK)),
     ], [4], [CONSUMER_REGS])

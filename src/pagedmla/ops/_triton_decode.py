@@ -204,7 +204,7 @@ def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_
     _mla_decode_ws_kernel[(num_workers * num_tiles,)](
         desc(q2d, [64, 256]), desc(q2d, [64, 64]), desc(cache2d, [64, 256]), desc(cache2d, [64, 64]), out, lse,
         input_row_offsets, cache_lengths, lookup_table, schedule, sink, part_out, part_lse,
-        batch, q.shape[1], num_workers, num_tiles, mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows,
+        batch, q.shape[1], num_tiles, mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows,
         layer_row0, lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
         part_out.stride(0), part_out.stride(1), part_lse.stride(0),
         HAS_SINK=sink is not lse, CONSUMER_REGS=240, num_warps=4)
