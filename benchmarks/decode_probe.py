@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import itertools
 import json
 import math
 import statistics
@@ -34,8 +33,6 @@ PAGE = 64
 L2_BYTES = 60 * 2**20
 TARGET_CASES = [(64, 4096, 16, 1), (128, 4096, 16, 1), (64, 4096, 128, 1), (128, 4096, 128, 1),
                 (1, 16384, 16, 1), (1, 16384, 128, 1)]
-# the combine kernel's tile for few pieces per sequence, run as a separate kernel (what --unfused times)
-UNFUSED = CombineConfig(block_p=2, block_r=4, block_dv=512, num_warps=4)
 EXTRA_CASES = [(64, 4096, 16, 2), (64, 4096, 128, 2), (16, 4096, 128, 1), (32, 32768, 16, 1)]
 
 
@@ -161,11 +158,10 @@ class Case:
                                              rope_aware=self.fp8, combine_config=combine)
         return fn
 
-    def check(self, plan, config, combine: CombineConfig | None = None) -> float:
+    def check(self, plan, config) -> float:
         """Max abs error of the first sequence of the first copy against the float32 reference."""
         kv, q, out, _ = self.items[0]
-        out.fill_(float("nan"))
-        self.run(plan, config, combine)()
+        self.run(plan, config)()
         n = self.q_len
         if self.fp8:
             from pagedmla.reference.paged import dequantize_rows
@@ -240,8 +236,6 @@ def main() -> None:
                         help="with --sweep: comma-separated DecodePlanConfig.tail_cost values to add (default workers)")
     parser.add_argument("--combine", action="append", default=[],
                         help="with --profile: also profile these combine configs `block_p,block_r,block_dv,warps`")
-    parser.add_argument("--unfused", action="store_true",
-                        help="also time every case with the separate combine kernel (no fused combine)")
     parser.add_argument("--profile", action="store_true",
                         help="also print each kernel's device time per call (default config and plan)")
     args = parser.parse_args()
@@ -274,33 +268,30 @@ def main() -> None:
                 plans[f"{default_plan.num_partitions}t{tail}"] = case.plan_with_tail(tail)
         cfgs = configs_for(case, extra) if args.sweep else [None]
         best = None
-        # the combine the heuristic picks (None), and with --unfused also the separate combine kernel
-        combines = [None] + ([UNFUSED] if args.unfused else [])
-        for (w, plan), cfg, comb in itertools.product(plans.items(), cfgs, combines):
-            try:
-                err = case.check(plan, cfg, comb)
-                ms = _time_graph(case.run(plan, cfg, comb)) / case.copies
-            except (RuntimeError, ValueError, TritonError) as exc:  # e.g. too much shared memory
-                print(f"  B{batch} N{keys} H{heads} q{q_len} W{w} {cfg}: failed {type(exc).__name__}: "
-                      f"{str(exc)[:200]}", flush=True)
-                continue
-            sec = ms * 1e-3
-            row = {"batch": batch, "keys": keys, "heads": heads, "q_len": q_len, "fp8": fp8, "workers": w,
-                   "config": None if cfg is None else cfg.__dict__, "us": ms * 1e3, "max_err": err,
-                   "tbps": case.bytes / sec / 1e12, "tflops": case.flops / sec / 1e12,
-                   "copy_frac": case.bytes / sec / copy_bw, "mm_frac": case.flops / sec / mm_rate,
-                   "default": (cfg is None or cfg == cfgs[0]) and plan is default_plan and comb is None,
-                   "unfused": comb is not None}
-            results.append(row)
-            tag = "default" if cfg is None else (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages,
-                                                 cfg.prefetch_table, cfg.unmasked_interior, cfg.maxnreg,
-                                                 "ws" if cfg.warp_specialized else "")
-            tag = f"{tag}{' unfused' if comb is not None else ''}"
-            print(f"  B{batch} N{keys} H{heads} q{q_len}{' fp8' if fp8 else ''} W{w} {tag}: "
-                  f"{row['us']:.1f} us  {row['tbps']:.2f} TB/s  {row['tflops']:.0f} TFLOP/s  err {err:.2e}",
-                  flush=True)
-            if best is None or row["us"] < best["us"]:
-                best = row
+        for w, plan in plans.items():
+            for cfg in cfgs:
+                try:
+                    err = case.check(plan, cfg)
+                    ms = _time_graph(case.run(plan, cfg)) / case.copies
+                except (RuntimeError, ValueError, TritonError) as exc:  # e.g. too much shared memory
+                    print(f"  B{batch} N{keys} H{heads} q{q_len} W{w} {cfg}: failed {type(exc).__name__}: "
+                          f"{str(exc)[:200]}", flush=True)
+                    continue
+                sec = ms * 1e-3
+                row = {"batch": batch, "keys": keys, "heads": heads, "q_len": q_len, "fp8": fp8, "workers": w,
+                       "config": None if cfg is None else cfg.__dict__, "us": ms * 1e3, "max_err": err,
+                       "tbps": case.bytes / sec / 1e12, "tflops": case.flops / sec / 1e12,
+                       "copy_frac": case.bytes / sec / copy_bw, "mm_frac": case.flops / sec / mm_rate,
+                       "default": (cfg is None or cfg == cfgs[0]) and plan is default_plan}
+                results.append(row)
+                tag = "default" if cfg is None else (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages,
+                                                     cfg.prefetch_table, cfg.unmasked_interior, cfg.maxnreg,
+                                                     "ws" if cfg.warp_specialized else "")
+                print(f"  B{batch} N{keys} H{heads} q{q_len}{' fp8' if fp8 else ''} W{w} {tag}: "
+                      f"{row['us']:.1f} us  {row['tbps']:.2f} TB/s  {row['tflops']:.0f} TFLOP/s  err {err:.2e}",
+                      flush=True)
+                if best is None or row["us"] < best["us"]:
+                    best = row
         if args.profile:
             for name, us in kernel_times(case.run(default_plan, None)).items():
                 print(f"  profile B{batch} N{keys} H{heads} q{q_len}{' fp8' if fp8 else ''}: {name[:60]} "

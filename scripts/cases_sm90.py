@@ -9,9 +9,8 @@ import triton.language as tl
 
 
 def decode(fp8: bool, block_m: int, block_n: int, warps: int, stages: int, prefetch: bool | None = None,
-           interior: bool | None = None, fused: bool = False):
-    """The dense decode: bf16 cache and q, or the rope-aware FP8 row with a bf16 q (`fused`: with the merge
-    of split sequences in its epilogue)."""
+           interior: bool | None = None):
+    """The dense decode: bf16 cache and q, or the rope-aware FP8 row with a bf16 q."""
     from pagedmla.kernels.mla_decode import _mla_decode_kernel
     types = {n: "*bf16" for n in ("q_ptr", "out_ptr", "rope_ptr", "q_rope_ptr")}
     types.update({"blocks_ptr": "*fp8e4nv" if fp8 else "*bf16", "lse_ptr": "*fp32", "offsets_ptr": "*i32",
@@ -22,8 +21,7 @@ def decode(fp8: bool, block_m: int, block_n: int, warps: int, stages: int, prefe
                  LAT_MODE=1 if fp8 else 0, LAT_NG=1, LAT_GS=512, ROPE_MODE=0, ROPE_NG=1, ROPE_GS=64,
                  CD=tl.bfloat16, ROPE_AWARE=fp8, ROPE_OFF=256 if fp8 else 512, Q_ROPE_OFF=512, SPLIT_QS=False,
                  PREFETCH_TABLE=fp8 if prefetch is None else prefetch,
-                 UNMASKED_INTERIOR=(not fp8 and block_m >= 64) if interior is None else interior,
-                 FUSED_COMBINE=fused)
+                 UNMASKED_INTERIOR=(not fp8 and block_m >= 64) if interior is None else interior)
     return _mla_decode_kernel, types, const, warps, stages
 
 
@@ -145,7 +143,7 @@ def decode_bf16_heuristic(heads: int, max_q: int, batch: int):
     cfg = heuristic(num_heads=heads, max_q=max_q, kv_lora_rank=512, rope_dim=64, q_dtype=torch.bfloat16,
                     cache_dtype=torch.bfloat16, batch=batch)
     return decode(False, cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, prefetch=cfg.prefetch_table,
-                  interior=cfg.unmasked_interior, fused=heads * max_q <= cfg.block_m and batch >= 64)
+                  interior=cfg.unmasked_interior)
 
 
 CASES.update({f"heuristic-bf16-h{h}-q{q}-b{b}": partial(decode_bf16_heuristic, h, q, b)

@@ -218,7 +218,7 @@ def simulate_schedule(schedule, cache, new, workers):
     rows = schedule.tolist()
     cover = {b: [] for b in range(batch_size)}
     for w in range(workers):
-        first, first_key, last, stop_key = rows[1 + w][:4]
+        first, first_key, last, stop_key = rows[1 + w]
         for b in range(first, min(last, batch_size - 1) + 1):
             if new[b] == 0:
                 continue
@@ -242,13 +242,13 @@ def test_schedule_covers_every_key_once(workers, fixed_cost, tail_cost):
     if fixed_cost is not None:
         cfg = DecodePlanConfig(num_workers=workers, granularity=16, fixed_cost=fixed_cost, tail_cost=tail_cost)
         _triton_decode.fill_schedule(plan.schedule, pb.input_row_offsets, pb.kv.cache_lengths, cfg)
-    assert plan.num_partitions == workers and tuple(plan.schedule.shape) == (1 + workers + len(cache), 8)
+    assert plan.num_partitions == workers and tuple(plan.schedule.shape) == (1 + workers + len(cache), 4)
     cover = simulate_schedule(plan.schedule, cache, new, workers)
     rows = plan.schedule.tolist()
     for b, pieces in cover.items():
         n = cache[b] + new[b]
-        first, last, slot, zero, arrivals = rows[1 + workers + b][:5]
-        assert zero == 0 and arrivals == 0
+        first, last, slot, zero = rows[1 + workers + b]
+        assert zero == 0
         if new[b] == 0:
             assert (first, last, slot) == (-1, -1, -1) and pieces == []
             continue
@@ -390,26 +390,6 @@ def test_gpu_cuda_graph_replay(heads):
         pb_view = type(pb)(kv, first.input_row_offsets, list(cache), list(new))
         want, want_lse = reference(pb_view, static_q, rope=64)
         check_lowprec(pb_view, static_q, out, lse, want, want_lse, rope=64)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("new", [1, 2], ids=["q1", "mtp2"])
-def test_gpu_fused_combine(new, monkeypatch):
-    """The attention kernel's own merge of split sequences under real concurrency: 64 sequences of 16 heads in
-    2 to 4 pieces each (132 workers), partial results poisoned with NaN before every call, three calls with one
-    plan (the arrival counts must come back to 0), no combine kernel launched."""
-    cache = [700 + (389 * i) % 2500 for i in range(64)]
-    pb, q = batch(cache, [new] * 64, heads=16, head_size=576, page_size=64, dtype=torch.bfloat16, seed=67,
-                  device="cuda")
-    monkeypatch.setattr(_triton_decode, "_partials",
-                        lambda shape, device: torch.full(shape, float("nan"), device=device))
-    monkeypatch.setattr(_triton_decode, "_mla_decode_combine_kernel", _NoLaunch())
-    plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=16, num_partitions=132, backend="triton")
-    want, want_lse = reference(pb, q, rope=64)
-    for _ in range(3):
-        got, lse = run_triton(pb, q, plan=plan, rope=64)
-        check_lowprec(pb, q, got, lse, want, want_lse, rope=64)
-        assert not plan.schedule[1 + 132:, 4].any()
 
 
 @cpu_tier
@@ -695,57 +675,6 @@ def test_combine_tiles(combine, parts):
     check_fp32(got, lse, *reference(pb, q))
 
 
-class _NoLaunch:
-    """Stands in for a kernel that must not be launched."""
-
-    def __getitem__(self, grid):
-        raise AssertionError("the combine kernel was launched")
-
-
-@cpu_tier
-@pytest.mark.parametrize("parts", [2, 5, 11])
-@pytest.mark.parametrize("mask,window", [("causal", -1), ("sliding_window_causal", 6)])
-def test_fused_combine(parts, mask, window, monkeypatch):
-    """The attention kernel's own merge of split sequences (`CombineConfig.fused`: the last piece of a sequence
-    to finish merges them all) matches the reference and the combine kernel: up to `parts` pieces per
-    sequence, an empty sequence, sinks, one row tile. No combine kernel is launched, and the plan's arrival
-    counts are back at 0 after each call, so a second call with the same plan merges again."""
-    pb, q = batch([40, 0, 23, 60], [2, 1, 1, 3], page_size=16, seed=107)
-    sink = torch.tensor([0.5, -1.0, 2.0, 0.0])
-    plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=q.shape[1], num_partitions=parts,
-                              backend="triton")
-    cfg = DecodeConfig(block_m=16, block_n=16, num_warps=1, num_stages=1)
-
-    def run(combine):
-        out = torch.full((q.shape[0], q.shape[1], HEAD - ROPE), float("nan"))
-        lse = torch.full((q.shape[0], q.shape[1]), float("nan"))
-        _triton_decode.launch_decode(q, pb.input_row_offsets, pb.kv.blocks, pb.kv.cache_lengths, pb.kv.lookup_table,
-                                     1, SCALE, pm.MASKS[mask], window, out, lse, plan.schedule, max_seq_length=3,
-                                     attn_sink=sink, qk_rope_head_dim=ROPE, config=cfg, combine_config=combine)
-        return out, lse
-
-    # partial results that no piece has written yet read as NaN
-    monkeypatch.setattr(_triton_decode, "_partials",
-                        lambda shape, device: torch.full(shape, float("nan"), device=device))
-    separate = run(CombineConfig(2, 4, 32, 1))
-    with monkeypatch.context() as patch:
-        patch.setattr(_triton_decode, "_mla_decode_combine_kernel", _NoLaunch())
-        for _ in range(2):
-            got, lse = run(CombineConfig(fused=True))
-            assert not plan.schedule[1 + parts:, 4].any()
-            check_fp32(got, lse, *reference(pb, q, mask, window, sink))
-            check_fp32(got, lse, *separate)
-
-
-@cpu_tier
-def test_fused_combine_needs_one_row_tile():
-    """A fused combine config over two row tiles (8 heads x 3 tokens in 16-row tiles) runs the combine kernel."""
-    pb, q = batch([40, 23], [3, 1], heads=8, page_size=16, seed=109)
-    cfg = DecodeConfig(block_m=16, block_n=16, num_warps=1, num_stages=1)
-    got, lse = run_launcher(pb, pb.kv, q, cfg, parts=3, combine=CombineConfig(fused=True))
-    check_fp32(got, lse, *reference(pb, q))
-
-
 def test_heuristic_unmasked_interior():
     """The unmasked interior loop on every bf16 tile (faster or equal at every batch once empty masked loops
     are skipped); never for FP8 (within 1% either way)."""
@@ -799,11 +728,6 @@ def test_combine_heuristic_tiles():
     many = combine_heuristic(num_workers=132, batch=1, kv_lora_rank=512)
     assert many.block_p == 64 and many.block_p * many.block_r * many.block_dv <= 4096
     assert combine_heuristic(num_workers=6, batch=1, kv_lora_rank=256).block_dv == 256
-    # the attention kernel merges when it can (one row tile) and a sequence has few pieces on average
-    assert combine_heuristic(num_workers=128, batch=64, kv_lora_rank=512, fusable=True).fused
-    assert combine_heuristic(num_workers=132, batch=64, kv_lora_rank=512, fusable=True).fused
-    assert not combine_heuristic(num_workers=128, batch=16, kv_lora_rank=512, fusable=True).fused
-    assert not combine_heuristic(num_workers=128, batch=64, kv_lora_rank=512).fused
 
 
 @cpu_tier

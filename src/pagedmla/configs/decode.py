@@ -54,21 +54,12 @@ WARP_SPECIALIZED = DecodeConfig(block_m=64, block_n=64, num_warps=8, num_stages=
 @dataclass(frozen=True)
 class CombineConfig:
     """Tiles of `_mla_decode_combine_kernel`: pieces, rows and output columns merged per step (pieces are
-    loaded BLOCK_P at a time, so that several loads are in flight), and warps.
-
-    `fused`: no combine kernel; the Triton attention kernel's last piece of each split sequence merges the
-    pieces itself (`FUSED_COMBINE` in `pagedmla.kernels.mla_decode`). Only for schedules of one row tile run
-    by the Triton kernel (the launcher falls back to the combine kernel otherwise)."""
+    loaded BLOCK_P at a time, so that several loads are in flight), and warps."""
 
     block_p: int = 8
     block_r: int = 4
     block_dv: int = 128
     num_warps: int = 4
-    fused: bool = False
-
-
-# the fused combine merges at most about this many pieces per sequence (one program merges them all)
-FUSED_COMBINE_MAX_PIECES = 4
 
 
 @dataclass(frozen=True)
@@ -199,8 +190,8 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
 
 
 @functools.lru_cache(maxsize=4096)
-def combine_heuristic(*, num_workers: int, batch: int, kv_lora_rank: int, interpret: bool = False,
-                      fusable: bool = False) -> CombineConfig:
+def combine_heuristic(*, num_workers: int, batch: int, kv_lora_rank: int,
+                      interpret: bool = False) -> CombineConfig:
     """Combine tiles from the pieces a split sequence can have (about `W / B + 1` for equal lengths).
 
     Few pieces (8 or fewer): 2 pieces per step over 4 whole rows. On the H200 (BENCHMARKS.md, "combine") the
@@ -209,17 +200,10 @@ def combine_heuristic(*, num_workers: int, batch: int, kv_lora_rank: int, interp
     the loads of many pieces are in flight at once (a step is one load round trip: at 4 to 8 pieces per step,
     B = 1 took 29 to 54 us against 3.5 us). The estimate is the batch's average: in a skewed batch one long
     sequence can have many more pieces and is merged 2 per step (not timed; the older rule merged 4 per step
-    but took 13 us for a single step of 2 pieces).
-
-    `fusable` (the Triton attention kernel over one row tile): with at most FUSED_COMBINE_MAX_PIECES pieces
-    per sequence on average, the attention kernel merges them (`CombineConfig.fused`), which saves the combine
-    kernel's launch and its pass over the partial results. A skewed batch can still give one sequence many
-    pieces, merged by one program."""
-    pieces = -(-num_workers // max(1, batch)) + 1
-    if fusable and pieces <= FUSED_COMBINE_MAX_PIECES:
-        return CombineConfig(block_p=2, block_r=4, block_dv=min(512, kv_lora_rank), num_warps=4, fused=True)
+    but took 13 us for a single step of 2 pieces)."""
     if interpret:
         return CombineConfig(block_p=2, block_r=4, block_dv=min(32, kv_lora_rank), num_warps=1)
+    pieces = -(-num_workers // max(1, batch)) + 1
     if pieces <= 8:
         return CombineConfig(block_p=2, block_r=4, block_dv=min(512, kv_lora_rank), num_warps=4)
     block_p = min(64, _pow2_at_least(-(-2 * num_workers // max(1, batch))))

@@ -10,19 +10,12 @@ A sequence that one worker covers whole is written straight to `out`; a piece of
 partial slot (`2w` for the worker's first sequence, `2w + 1` for its last) as a normalized output and its LSE,
 and `_mla_decode_combine_kernel` merges the pieces by LSE.
 
-Schedule (int32 `[1 + W + B, SCHEDULE_COLS]`, written by the plan kernel, read by the others; columns past
-those listed are unused):
+Schedule (int32 `[1 + W + B, 4]`, written by the plan kernel, read by the others):
     row 0: granularity (keys per block), payload (cost per worker), total cost, W
     row 1 + w: worker w: first sequence, its first key, last sequence, the key it stops before
         (last sequence == B: runs to the end of the batch)
-    row 1 + W + b: sequence b: first worker, last worker, partial slot of the first worker, 0, arrivals
-        (workers -1 for a sequence without query tokens; the 0 is read by the main kernel as an opaque zero;
-        arrivals counts the pieces finished so far when the main kernel merges them itself, see below)
-
-Fused combine (`FUSED_COMBINE`, schedules of one row tile): each piece of a split sequence writes its partial
-result, then counts itself in the sequence's arrivals (an atomic); the piece that arrives last merges all of
-them (`_merge_pieces`, as the combine kernel does) and resets the count to 0 for the next call with the plan.
-This saves the combine kernel's launch and pass when sequences have few pieces (16 heads at B >= 64).
+    row 1 + W + b: sequence b: first worker, last worker, partial slot of the first worker, 0
+        (workers -1 for a sequence without query tokens; the 0 is read by the main kernel as an opaque zero)
 
 FP8 (behind the constexpr QUANT; the bf16/fp16/fp32 path compiles as before): e4m3 cache rows are copied to
 shared memory as they are, converted in registers (`pagedmla.kernels.fp8`) with the scales of the same (block,
@@ -51,9 +44,6 @@ from .fp8 import _dequant, _load_scales, _softmax_update
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
-# int32 columns of a schedule row (see the module docstring); the arrival count is column 4 of a sequence row
-SCHEDULE_COLS = tl.constexpr(8)
-ARRIVALS = tl.constexpr(4)
 
 
 @triton.jit
@@ -117,12 +107,11 @@ def _mla_decode_plan_kernel(
             # the first worker's piece is its first sequence (slot 2w) only if its span starts inside b
             slot = 2 * first + (first * payload < begins).to(tl.int32)
             has = cost > 0
-            row = schedule_ptr + (1 + num_workers + b) * SCHEDULE_COLS
+            row = schedule_ptr + (1 + num_workers + b) * 4
             tl.store(row, tl.where(has, first, -1), mask=ok)
             tl.store(row + 1, tl.where(has, last, -1), mask=ok)
             tl.store(row + 2, tl.where(has, slot, -1), mask=ok)
             tl.store(row + 3, tl.zeros_like(b), mask=ok)
-            tl.store(row + ARRIVALS, tl.zeros_like(b), mask=ok)
         carry += tl.sum(cost, 0)
         b0 += BLOCK_B
 
@@ -130,7 +119,7 @@ def _mla_decode_plan_kernel(
     start_block = tl.maximum(x_start - c_start - head_cost, 0)
     end_block = tl.maximum(x_end - c_end - head_cost, 0)
     w_ok = w < num_workers
-    row = schedule_ptr + (1 + w) * SCHEDULE_COLS
+    row = schedule_ptr + (1 + w) * 4
     tl.store(row, n_start, mask=w_ok)
     tl.store(row + 1, tl.where(n_start < batch, start_block * granularity, 0), mask=w_ok)
     tl.store(row + 2, n_end, mask=w_ok)
@@ -380,14 +369,12 @@ def _mla_decode_kernel(
     LAT_GS: tl.constexpr, ROPE_MODE: tl.constexpr, ROPE_NG: tl.constexpr, ROPE_GS: tl.constexpr,
     CD: tl.constexpr, ROPE_AWARE: tl.constexpr, ROPE_OFF: tl.constexpr, Q_ROPE_OFF: tl.constexpr,
     SPLIT_QS: tl.constexpr, PREFETCH_TABLE: tl.constexpr, UNMASKED_INTERIOR: tl.constexpr,
-    FUSED_COMBINE: tl.constexpr,
 ):
-    """Program (worker w, row tile t): the tile's rows against the keys of w's span, sequence by sequence.
-    FUSED_COMBINE (one row tile only): the last piece of a split sequence merges the pieces (`_merge_if_last`)."""
+    """Program (worker w, row tile t): the tile's rows against the keys of w's span, sequence by sequence."""
     pid = tl.program_id(0)
     w = pid // num_tiles
     t = pid % num_tiles
-    sched = schedule_ptr + (1 + w) * SCHEDULE_COLS
+    sched = schedule_ptr + (1 + w) * 4
     first_seq = tl.load(sched)
     first_key = tl.load(sched + 1)
     last_seq = tl.load(sched + 2)
@@ -420,7 +407,7 @@ def _mla_decode_kernel(
 
             # an opaque zero (column 3 of the sequence's schedule row) keeps the compiler from hoisting the
             # tile-sized address arithmetic of the stores out of the sequence loop, where it would hold registers
-            zero = tl.load(schedule_ptr + (1 + num_workers + b) * SCHEDULE_COLS + 3)
+            zero = tl.load(schedule_ptr + (1 + num_workers + b) * 4 + 3)
             q_row = (row_start + tok).to(tl.int64) * stride_q_t + head.to(tl.int64) * stride_q_h
             q_nope = tl.load(q_ptr + q_row[:, None] + offs_d[None, :], mask=m_ok[:, None], other=0.0)
             if QUANT:
@@ -498,99 +485,7 @@ def _mla_decode_kernel(
                 tl.store(part_out_ptr + slot * stride_po_s + offs_e[:, None].to(tl.int64) * stride_po_r
                          + offs_d[None, :], acc * inv[:, None], mask=m_ok[:, None])
                 tl.store(part_lse_ptr + slot * stride_pl_s + offs_e, lse, mask=m_ok)
-                if FUSED_COMBINE:
-                    _merge_if_last(out_ptr, lse_ptr, sink_ptr, part_out_ptr, part_lse_ptr, schedule_ptr, num_workers,
-                                   b, row_start, offs_e, m_ok, num_heads, stride_o_t, stride_o_h, stride_lse_t,
-                                   stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, KV_LORA_RANK, BLOCK_M,
-                                   HAS_SINK, INTERPRET)
         b += 1
-
-
-@triton.jit
-def _merge_pieces(out_ptr, lse_ptr, sink_ptr, part_out_ptr, part_lse_ptr, first, num_pieces, first_slot, row_start,
-                  offs_m, m_ok, offs_d, num_heads, write_lse, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h,
-                  stride_po_s, stride_po_r, stride_pl_s, BLOCK_P: tl.constexpr, HAS_SINK: tl.constexpr,
-                  CACHE: tl.constexpr):
-    """Merge the pieces of one split sequence by LSE for its rows `offs_m` (row = token * H + head, also the
-    partial results' row) and the columns `offs_d`, and write them to out (and the LSE when `write_lse`).
-
-    Piece 0 is the first worker's slot from the schedule, piece k > 0 is slot `2 * (first + k)` (a later worker
-    starts inside the sequence, so it is that worker's first). BLOCK_P pieces are loaded per step, so that
-    several loads are in flight; CACHE is the loads' cache modifier (".cg" in the main kernel: partials that
-    other programs wrote, read past L1)."""
-    offs_p = tl.arange(0, BLOCK_P)
-    acc = tl.zeros([offs_m.shape[0], offs_d.shape[0]], dtype=tl.float32)
-    m_i = tl.full([offs_m.shape[0]], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([offs_m.shape[0]], dtype=tl.float32)
-    p0 = 0
-    while p0 < num_pieces:
-        piece = p0 + offs_p
-        slot = tl.where(piece == 0, first_slot, 2 * (first + piece)).to(tl.int64)
-        ok = (piece < num_pieces)[:, None] & m_ok[None, :]
-        lse_p = tl.load(part_lse_ptr + slot[:, None] * stride_pl_s + offs_m[None, :], mask=ok, other=float("-inf"),
-                        cache_modifier=CACHE)  # [BLOCK_P, rows]
-        o_p = tl.load(part_out_ptr + slot[:, None, None] * stride_po_s
-                      + offs_m[None, :, None].to(tl.int64) * stride_po_r + offs_d[None, None, :],
-                      mask=ok[:, :, None], other=0.0, cache_modifier=CACHE)  # [BLOCK_P, rows, columns]
-        m_new = tl.maximum(m_i, tl.max(lse_p, 0))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp(m_i - m_safe)
-        weight = tl.exp(lse_p - m_safe[None, :])
-        l_i = l_i * alpha + tl.sum(weight, 0)
-        acc = acc * alpha[:, None] + tl.sum(weight[:, :, None] * o_p, 0)
-        m_i = m_new
-        p0 += BLOCK_P
-    has = l_i > 0
-    lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
-    inv = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
-    tok = offs_m // num_heads
-    head = offs_m % num_heads
-    if HAS_SINK:
-        # e^lse / (e^lse + e^sink): a +inf sink gives 0
-        sink = tl.load(sink_ptr + head, mask=m_ok, other=float("-inf"))
-        inv = tl.where(has, inv / (1.0 + tl.exp(sink - tl.where(has, lse, 0.0))), 0.0)
-    o_row = (row_start + tok).to(tl.int64) * stride_o_t + head.to(tl.int64) * stride_o_h
-    tl.store(out_ptr + o_row[:, None] + offs_d[None, :], (acc * inv[:, None]).to(out_ptr.dtype.element_ty),
-             mask=m_ok[:, None])
-    if write_lse:
-        tl.store(lse_ptr + (row_start + tok).to(tl.int64) * stride_lse_t + head * stride_lse_h, lse, mask=m_ok)
-
-
-@triton.jit
-def _fence_gpu(x):
-    """A gpu-scope acquire-release fence in every thread (x: any int32 scalar, returned)."""
-    return tl.inline_asm_elementwise("fence.acq_rel.gpu;\n mov.b32 $0, $1;", "=r,r", [x], dtype=tl.int32,
-                                     is_pure=False, pack=1)
-
-
-@triton.jit
-def _merge_if_last(out_ptr, lse_ptr, sink_ptr, part_out_ptr, part_lse_ptr, schedule_ptr, num_workers, b, row_start,
-                   offs_e, m_ok, num_heads, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
-                   stride_po_r, stride_pl_s, KV_LORA_RANK: tl.constexpr, BLOCK_M: tl.constexpr,
-                   HAS_SINK: tl.constexpr, INTERPRET: tl.constexpr):
-    """The fused combine (see the module docstring), after this piece's partial result is written: count the
-    piece in sequence b's arrivals; the last piece merges every piece and resets the count."""
-    seq = schedule_ptr + (1 + num_workers + b) * SCHEDULE_COLS
-    first = tl.load(seq)
-    num_pieces = tl.load(seq + 1) - first + 1
-    first_slot = tl.load(seq + 2)
-    # every thread's partial stores are made visible at gpu scope before the count (release) ...
-    if not INTERPRET:
-        first = _fence_gpu(first)
-    tl.debug_barrier()
-    arrived = tl.atomic_add(seq + ARRIVALS, 1, sem="acq_rel", scope="gpu")
-    if arrived == num_pieces - 1:
-        # ... and the last piece reads the others' after it (acquire)
-        if not INTERPRET:
-            first = _fence_gpu(first)
-        tl.store(seq + ARRIVALS, 0)
-        # columns in chunks, so that BLOCK_P pieces of a chunk fit in registers
-        DV: tl.constexpr = KV_LORA_RANK if KV_LORA_RANK * BLOCK_M <= 8192 else 8192 // BLOCK_M
-        for c in tl.static_range(KV_LORA_RANK // DV):
-            _merge_pieces(out_ptr, lse_ptr, sink_ptr, part_out_ptr, part_lse_ptr, first, num_pieces, first_slot,
-                          row_start, offs_e, m_ok, c * DV + tl.arange(0, DV), num_heads, c == 0, stride_o_t,
-                          stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, 2, HAS_SINK,
-                          ".cg")
 
 
 @triton.jit(do_not_specialize=["batch", "num_heads", "num_workers"])
@@ -600,19 +495,56 @@ def _mla_decode_combine_kernel(
     stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
     BLOCK_R: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_P: tl.constexpr, HAS_SINK: tl.constexpr,
 ):
-    """Program (sequence b, rows block, columns block): merge the pieces of a split sequence by LSE
-    (`_merge_pieces`). Sequences done by one worker were written by the main kernel."""
+    """Program (sequence b, rows block, columns block): merge the pieces of a split sequence by LSE.
+
+    Piece 0 is the first worker's slot from the schedule, piece k > 0 is slot `2 * (first + k)` (a later worker
+    starts inside b, so b is its first sequence). Sequences done by one worker were written by the main kernel.
+    """
     b = tl.program_id(0)
     offs_m = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     offs_d = tl.program_id(2) * BLOCK_DV + tl.arange(0, BLOCK_DV)
-    seq = schedule_ptr + (1 + num_workers + b) * SCHEDULE_COLS
+    seq = schedule_ptr + (1 + num_workers + b) * 4
     first = tl.load(seq)
     num_pieces = tl.load(seq + 1) - first + 1
     first_slot = tl.load(seq + 2)
     row_start = tl.load(offsets_ptr + b)
     num_rows = (tl.load(offsets_ptr + b + 1) - row_start) * num_heads
     if (num_pieces > 1) & (tl.program_id(1) * BLOCK_R < num_rows):
-        _merge_pieces(out_ptr, lse_ptr, sink_ptr, part_out_ptr, part_lse_ptr, first, num_pieces, first_slot,
-                      row_start, offs_m, offs_m < num_rows, offs_d, num_heads, tl.program_id(2) == 0, stride_o_t,
-                      stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, BLOCK_P,
-                      HAS_SINK, "")
+        m_ok = offs_m < num_rows
+        offs_p = tl.arange(0, BLOCK_P)
+        acc = tl.zeros([BLOCK_R, BLOCK_DV], dtype=tl.float32)
+        m_i = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
+        p0 = 0
+        while p0 < num_pieces:
+            piece = p0 + offs_p
+            p_ok = piece < num_pieces
+            slot = tl.where(piece == 0, first_slot, 2 * (first + piece)).to(tl.int64)
+            ok = p_ok[:, None] & m_ok[None, :]
+            lse_p = tl.load(part_lse_ptr + slot[:, None] * stride_pl_s + offs_m[None, :], mask=ok,
+                            other=float("-inf"))  # [BLOCK_P, BLOCK_R]
+            o_p = tl.load(part_out_ptr + slot[:, None, None] * stride_po_s
+                          + offs_m[None, :, None].to(tl.int64) * stride_po_r + offs_d[None, None, :],
+                          mask=ok[:, :, None], other=0.0)  # [BLOCK_P, BLOCK_R, BLOCK_DV]
+            m_new = tl.maximum(m_i, tl.max(lse_p, 0))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp(m_i - m_safe)
+            weight = tl.exp(lse_p - m_safe[None, :])
+            l_i = l_i * alpha + tl.sum(weight, 0)
+            acc = acc * alpha[:, None] + tl.sum(weight[:, :, None] * o_p, 0)
+            m_i = m_new
+            p0 += BLOCK_P
+        has = l_i > 0
+        lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
+        inv = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
+        tok = offs_m // num_heads
+        head = offs_m % num_heads
+        if HAS_SINK:
+            # e^lse / (e^lse + e^sink): a +inf sink gives 0
+            sink = tl.load(sink_ptr + head, mask=m_ok, other=float("-inf"))
+            inv = tl.where(has, inv / (1.0 + tl.exp(sink - tl.where(has, lse, 0.0))), 0.0)
+        o_row = (row_start + tok).to(tl.int64) * stride_o_t + head.to(tl.int64) * stride_o_h
+        tl.store(out_ptr + o_row[:, None] + offs_d[None, :], (acc * inv[:, None]).to(out_ptr.dtype.element_ty),
+                 mask=m_ok[:, None])
+        if tl.program_id(2) == 0:
+            tl.store(lse_ptr + (row_start + tok).to(tl.int64) * stride_lse_t + head * stride_lse_h, lse, mask=m_ok)

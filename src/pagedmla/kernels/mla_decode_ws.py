@@ -37,7 +37,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from .gluon_common import LN2, LOG2E, mma_layout
-from .mla_decode import SCHEDULE_COLS
 
 D_LAT = gl.constexpr(512)
 D_ROPE = gl.constexpr(64)
@@ -50,7 +49,7 @@ BLOCK_N = gl.constexpr(64)
 def _piece(schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, num_heads, mask_code, window):
     """The key interval [lo, hi) of tile t's rows in worker w's piece of sequence b, the piece's flags (rows
     present, whole sequence) and the tile's query row (token, first head). Every partition computes it."""
-    sched = schedule_ptr + (1 + w) * SCHEDULE_COLS
+    sched = schedule_ptr + (1 + w) * 4
     first_seq = gl.load(sched)
     first_key = gl.load(sched + 1)
     last_seq = gl.load(sched + 2)
@@ -147,8 +146,8 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     p_op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    first_seq = gl.load(schedule_ptr + (1 + w) * SCHEDULE_COLS)
-    last_seq = gl.minimum(gl.load(schedule_ptr + (1 + w) * SCHEDULE_COLS + 2), batch - 1)
+    first_seq = gl.load(schedule_ptr + (1 + w) * 4)
+    last_seq = gl.minimum(gl.load(schedule_ptr + (1 + w) * 4 + 2), batch - 1)
     c = 0
     pairs = 0
     pairs_b = 0  # pairs with a block b (got_b completes once per such pair)

@@ -29,7 +29,6 @@ from ..configs.decode import (
     programs_per_sm,
 )
 from ..kernels.mla_decode import (
-    SCHEDULE_COLS,
     _mla_decode_combine_kernel,
     _mla_decode_kernel,
     _mla_decode_plan_kernel,
@@ -83,8 +82,7 @@ def launch_programs_per_sm(*, rope_aware: bool, num_workers: int, tiles: int, de
 
 def fill_schedule(schedule: torch.Tensor, input_row_offsets: torch.Tensor, cache_lengths: torch.Tensor,
                   cfg: DecodePlanConfig) -> None:
-    """Write the schedule of `cfg.num_workers` workers for this step into `schedule` (int32
-    `[1 + W + B, SCHEDULE_COLS]`), arrival counts reset."""
+    """Write the schedule of `cfg.num_workers` workers for this step into `schedule` (int32 `[1 + W + B, 4]`)."""
     batch = cache_lengths.shape[0]
     grid = (triton.cdiv(cfg.num_workers, _PLAN_BLOCK_W),)
     _mla_decode_plan_kernel[grid](
@@ -100,8 +98,7 @@ def plan(input_row_offsets, kv_collection, num_heads: int, num_partitions: int |
     cfg = plan_config(batch=batch, num_heads=num_heads, max_q=max_q, max_keys=max_keys, device=device,
                       num_partitions=num_partitions,
                       rope_aware_fp8=kv_collection.params.per_token_scale_rope_aware)
-    # zeros: the columns the plan kernel leaves alone stay defined
-    schedule = torch.zeros((1 + cfg.num_workers + batch, SCHEDULE_COLS.value), dtype=torch.int32, device=device)
+    schedule = torch.empty((1 + cfg.num_workers + batch, 4), dtype=torch.int32, device=device)
     fill_schedule(schedule, input_row_offsets, kv_collection.cache_lengths, cfg)
     args = torch.tensor([batch, max_q, cfg.num_workers, max_keys], dtype=torch.int32, device=device)
     return DecodePlan(args, batch, max_q, cfg.num_workers, schedule, "triton")
@@ -213,11 +210,6 @@ def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_
         HAS_SINK=sink is not lse, CONSUMER_REGS=240, num_warps=4)
 
 
-def _partials(shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """Uninitialized float32 buffer for partial results (tests fill it with NaN to catch a read before a write)."""
-    return torch.empty(shape, dtype=torch.float32, device=device)
-
-
 def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx: int, scale: float,
                   mask_code: int, window: int, out, lse, schedule, *, max_seq_length: int, attn_sink=None,
                   qk_rope_head_dim: int = 64, scales=None, q_scale=None, quant_granularity: int = 0,
@@ -271,18 +263,12 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
     num_tiles = triton.cdiv(max_rows, cfg.block_m)
     split = num_workers > 1
     rows_pad = num_tiles * cfg.block_m if split else 1
-    part_out = _partials((2 * num_workers if split else 1, rows_pad, kv_lora_rank if split else 1), q.device)
-    part_lse = _partials((part_out.shape[0], rows_pad), q.device)
+    part_out = torch.empty((2 * num_workers if split else 1, rows_pad, kv_lora_rank if split else 1),
+                           dtype=torch.float32, device=q.device)
+    part_lse = torch.empty((part_out.shape[0], rows_pad), dtype=torch.float32, device=q.device)
     sink = attn_sink if attn_sink is not None else lse
     s_strides = (scales.stride(0), scales.stride(2), scales.stride(3)) if scales is not None else (0, 0, 0)
-    gluon = cfg.warp_specialized and cfg.block_m == 64 and ws_ok
-    ccfg = None
-    if split:
-        ccfg = combine_config or combine_heuristic(num_workers=num_workers, batch=batch, kv_lora_rank=kv_lora_rank,
-                                                   interpret=interpret, fusable=not gluon and num_tiles == 1)
-    # the attention kernel merges split sequences itself only over one row tile (one arrival count each)
-    fused = ccfg is not None and ccfg.fused and not gluon and num_tiles == 1
-    if gluon:
+    if cfg.warp_specialized and cfg.block_m == 64 and ws_ok:
         _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx, scale, mask_code, window,
                    out, lse, schedule, sink, part_out, part_lse, num_tiles)
     else:
@@ -299,9 +285,11 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
             INTERPRET=interpret, QUANT=quant, Q_SCALED=q_fp8, G=group, LAT_MODE=modes[0], LAT_NG=modes[1],
             LAT_GS=modes[2], ROPE_MODE=modes[3], ROPE_NG=modes[4], ROPE_GS=modes[5], CD=_TL_DTYPES[cd],
             ROPE_AWARE=rope_aware, ROPE_OFF=rope_off, Q_ROPE_OFF=q_rope_off, SPLIT_QS=q_fp8 and rope_aware,
-            PREFETCH_TABLE=cfg.prefetch_table, UNMASKED_INTERIOR=cfg.unmasked_interior, FUSED_COMBINE=fused,
+            PREFETCH_TABLE=cfg.prefetch_table, UNMASKED_INTERIOR=cfg.unmasked_interior,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
-    if split and not fused:
+    if split:
+        ccfg = combine_config or combine_heuristic(num_workers=num_workers, batch=batch,
+                                                   kv_lora_rank=kv_lora_rank, interpret=interpret)
         block_dv = min(ccfg.block_dv, kv_lora_rank)
         grid = (batch, triton.cdiv(max_rows, ccfg.block_r), kv_lora_rank // block_dv)
         _mla_decode_combine_kernel[grid](
@@ -330,12 +318,10 @@ def decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, la
                                   f"{unsupported} yet; use backend='reference'")
     batch = cache_lengths.shape[0]
     schedule = plan_schedule
-    if (schedule is None or schedule.dim() != 2 or schedule.shape[0] - 1 - batch != num_partitions
-            or schedule.shape[1] != SCHEDULE_COLS.value):
+    if schedule is None or schedule.dim() != 2 or schedule.shape[0] - 1 - batch != num_partitions:
         cfg = plan_config(batch=batch, num_heads=q.shape[1], max_q=max_seq_length, max_keys=1, device=q.device,
                           num_partitions=num_partitions)
-        schedule = torch.zeros((1 + cfg.num_workers + batch, SCHEDULE_COLS.value), dtype=torch.int32,
-                               device=q.device)
+        schedule = torch.empty((1 + cfg.num_workers + batch, 4), dtype=torch.int32, device=q.device)
         fill_schedule(schedule, input_row_offsets, cache_lengths, cfg)
     launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx, scale, mask_code, window,
                   out, lse, schedule, max_seq_length=max_seq_length, attn_sink=attn_sink,
