@@ -722,11 +722,14 @@ def test_two_programs_per_sm_heuristics():
 
 
 def test_combine_heuristic_tiles():
-    """Few pieces per sequence: 2 pieces per step over whole rows; many (B = 1): up to 64 pieces per step."""
+    """Few pieces per sequence: 2 pieces per step over whole rows; many (B = 1): all pieces in one step, up to
+    128."""
     few = combine_heuristic(num_workers=128, batch=64, kv_lora_rank=512)
     assert (few.block_p, few.block_r, few.block_dv) == (2, 4, 512)
-    many = combine_heuristic(num_workers=132, batch=1, kv_lora_rank=512)
-    assert many.block_p == 64 and many.block_p * many.block_r * many.block_dv <= 4096
+    many = combine_heuristic(num_workers=66, batch=1, kv_lora_rank=512)
+    assert (many.block_p, many.block_r, many.block_dv) == (128, 1, 64)
+    assert combine_heuristic(num_workers=33, batch=1, kv_lora_rank=512).block_p == 64
+    assert combine_heuristic(num_workers=264, batch=1, kv_lora_rank=512).block_p == 128
     assert combine_heuristic(num_workers=6, batch=1, kv_lora_rank=256).block_dv == 256
 
 
