@@ -16,4 +16,4 @@ echo "probe rc $?"
 timeout 100 python3 benchmarks/decode_probe.py --sweep --profile --config 16,64,8,5,interior --workers 66,96,129 \
   --case 1,16384,16,1 >> "$F" 2>&1
 echo "probe rc $?"
-grep -E "^#|W[0-9]+ \(|profile|^\|" "$F" | grep -v "^| ---\|_mla_decode_kernel:\|, ''\)"
+grep -E "^#|W[0-9]+ \(|profile|^\|" "$F" | grep -v "^| ---\|_mla_decode_kernel:"
