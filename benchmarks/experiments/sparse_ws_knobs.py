@@ -5,23 +5,12 @@ that skip them; the outputs are then wrong, only the times count). V3.2 shape: B
     PYTHONPATH=src:benchmarks python3 benchmarks/experiments/sparse_ws_knobs.py
 """
 
-import subprocess
-import sys
-
 import torch
 
 from pagedmla.ops._triton_sparse_decode import _launch_sparse_ws
 from pagedmla.testing import perf
 from sparse_probe import make_case
 
-NAMES = {0: "all", 1: "copies read nothing", 2: "no widening", 3: "no reads, no widening", 4: "no index loads",
-         7: "none of the three"}
-if len(sys.argv) == 1:
-    # one process per knob: a compile failure (an abort in the compiler) stops only its own
-    for knobs in (0, 1, 2, 3, 4, 7, 0):
-        r = subprocess.run([sys.executable, __file__, str(knobs)], capture_output=True, text=True, timeout=100)
-        print(r.stdout.strip() or f"{NAMES[knobs]:26s} failed: {r.stderr.strip().splitlines()[-1:]}", flush=True)
-    sys.exit(0)
 gen = torch.Generator(device="cuda").manual_seed(0)
 c = make_case("v32", heads=128, kind="rope", q_kind="bf16", batch=64, tokens=8192, new=2, topk=2048, page_size=64,
               fold=False, gen=gen, device=torch.device("cuda"))
@@ -29,8 +18,8 @@ kv = c["kv"]
 out = torch.empty(c["q"].shape[0], 128, 512, device="cuda", dtype=torch.bfloat16)
 lse = torch.empty(c["q"].shape[0], 128, device="cuda")
 flops = 2 * 128 * 128 * 2048 * (576 + 512)
-for knobs in [int(sys.argv[1])]:
-    name = NAMES[knobs]
+for knobs, name in [(0, "all"), (1, "no copies"), (2, "no widening"), (3, "no copies, no widening"),
+                    (4, "no index loads"), (7, "none of the three"), (0, "all (again)")]:
     fn = lambda k=knobs: _launch_sparse_ws(c["q"], c["iro"], kv.blocks, kv.scales, 0, c["scale"], out, lse, lse,  # noqa: E731
                                           c["idx"], c["lengths"], knobs=k)
     t = perf.time_gpu(fn, warmup_ms=10, rep_ms=40)

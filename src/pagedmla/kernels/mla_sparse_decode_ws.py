@@ -200,12 +200,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, q_s, qr_s, k_s, kr_s, sc_s, stat
         sb = sa + 1
         # own block of pair j + 1: its slot was pair j - 1's, released by the other consumer
         nxt = 2 * (j + 1) + C
-        if (KNOBS & 1) != 0:
-            # copies that read nothing (zero fill)
-            ol = ol & (ol != ol)
-            orr = orr & (orr != orr)
-            osc = osc & (osc != osc)
-        if nxt < n_blocks:
+        if (nxt < n_blocks) & ((KNOBS & 1) == 0):
             s_next = 2 * ((j + 1) % 2) + C
             mbarrier.wait(k_empty.index(s_next), (((j + 1) // 2) & 1) ^ 1)
             _issue_copies(k_s, kr_s, sc_s, s_next, il, ol, ir, orr, isc, osc, blocks_ptr, rope_ptr, scales_ptr,
