@@ -161,7 +161,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, q_s, qr_s, k_s, kr_s, sc_s, stat
               got_pa, stats_free, g, head0, n_keys, idx_row, stride_idx_k, blocks_ptr, rope_ptr, scales_ptr, sink_ptr,
               out_ptr, lse_ptr, num_heads, page_size, pool_rows, layer_off, r_layer_off, s_layer_off, stride_b,
               stride_s, r_stride_b, r_stride_s, s_stride_b, s_stride_s, qk_scale, stride_o_t, stride_o_h,
-              stride_lse_t, stride_lse_h, HAS_SINK: gl.constexpr, KNOBS: gl.constexpr):
+              stride_lse_t, stride_lse_h, HAS_SINK: gl.constexpr):
     """Consumer C of the token's (g) tile of heads head0..: output columns [256 C, 256 C + 256). Pair j's blocks
     a = 2j and b = 2j + 1 sit in slots 2 (j % 2) and 2 (j % 2) + 1; consumer C copies and widens block 2j + C
     (its "own" block) and computes its logits. A slot is released (k_empty) by the other consumer once its
@@ -200,20 +200,18 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, q_s, qr_s, k_s, kr_s, sc_s, stat
         sb = sa + 1
         # own block of pair j + 1: its slot was pair j - 1's, released by the other consumer
         nxt = 2 * (j + 1) + C
-        if (nxt < n_blocks) & ((KNOBS & 1) == 0):
+        if nxt < n_blocks:
             s_next = 2 * ((j + 1) % 2) + C
             mbarrier.wait(k_empty.index(s_next), (((j + 1) // 2) & 1) ^ 1)
             _issue_copies(k_s, kr_s, sc_s, s_next, il, ol, ir, orr, isc, osc, blocks_ptr, rope_ptr, scales_ptr,
                           page_size, layer_off, r_layer_off, s_layer_off, stride_b, stride_s, r_stride_b, r_stride_s,
                           s_stride_b, s_stride_s)
         async_copy.commit_group()  # (empty past the last block: one group per pair keeps the count)
-        if (KNOBS & 4) == 0:
-            il, ol, ir, orr, isc, osc = _index_rows(idx_row, stride_idx_k, (nxt + 2) * BLOCK_N, n_keys, pool_rows)
+        il, ol, ir, orr, isc, osc = _index_rows(idx_row, stride_idx_k, (nxt + 2) * BLOCK_N, n_keys, pool_rows)
         if C == 0:
             async_copy.wait_group(1)  # this pair's copies (the next pair's stay in flight)
             gl.thread_barrier()
-            if (KNOBS & 2) == 0:
-                _widen(k_s, sa)
+            _widen(k_s, sa)
             s, sc = _sparse_logits(q_s, qr_s, k_s, kr_s, sc_s, sa, ka, n_keys, idx_row, stride_idx_k, pool_rows,
                                    qk_scale)
             m_a = gl.maximum(m_i, gl.max(s, axis=1))
@@ -257,8 +255,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, q_s, qr_s, k_s, kr_s, sc_s, stat
                 # block b is widened and its logits computed while consumer 0 works on block a
                 async_copy.wait_group(1)
                 gl.thread_barrier()
-                if (KNOBS & 2) == 0:
-                    _widen(k_s, sb)
+                _widen(k_s, sb)
                 s, sc = _sparse_logits(q_s, qr_s, k_s, kr_s, sc_s, sb, ka + BLOCK_N, n_keys, idx_row, stride_idx_k,
                                        pool_rows, qk_scale)
             mbarrier.wait(got_a, ph)
@@ -315,7 +312,7 @@ def _mla_sparse_decode_ws_kernel(
     batch, num_heads, num_tiles, page_size, pool_rows, topk, qk_scale, layer_off, r_layer_off, s_layer_off,
     stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_idx_t, stride_idx_k, stride_b, stride_s, r_stride_b,
     r_stride_s, s_stride_b, s_stride_s,
-    HAS_SINK: gl.constexpr, SEARCH_CHUNKS: gl.constexpr, CONSUMER_REGS: gl.constexpr, KNOBS: gl.constexpr = 0,
+    HAS_SINK: gl.constexpr, SEARCH_CHUNKS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
 ):
     """Program (query token g, tile t of 64 heads). `*_layer_off`: the layer's element offset in the cache, its
     bf16 view (rope) and the scales."""
@@ -358,10 +355,10 @@ def _mla_sparse_decode_ws_kernel(
                      stats_free, g, head0, n_keys, idx_row, stride_idx_k, blocks_ptr, rope_ptr, scales_ptr, sink_ptr,
                      out_ptr, lse_ptr, num_heads, page_size, pool_rows, layer_off, r_layer_off, s_layer_off, stride_b,
                      stride_s, r_stride_b, r_stride_s, s_stride_b, s_stride_s, qk_scale, stride_o_t, stride_o_h,
-                     stride_lse_t, stride_lse_h, HAS_SINK, KNOBS)),
+                     stride_lse_t, stride_lse_h, HAS_SINK)),
         (_consumer, (1, q_desc, qr_desc, q_s, qr_s, k_s, kr_s, sc_s, stats, q_ready, k_empty, got_a, got_b, got_pa,
                      stats_free, g, head0, n_keys, idx_row, stride_idx_k, blocks_ptr, rope_ptr, scales_ptr, sink_ptr,
                      out_ptr, lse_ptr, num_heads, page_size, pool_rows, layer_off, r_layer_off, s_layer_off, stride_b,
                      stride_s, r_stride_b, r_stride_s, s_stride_b, s_stride_s, qk_scale, stride_o_t, stride_o_h,
-                     stride_lse_t, stride_lse_h, HAS_SINK, KNOBS)),
+                     stride_lse_t, stride_lse_h, HAS_SINK)),
     ], [4], [CONSUMER_REGS])

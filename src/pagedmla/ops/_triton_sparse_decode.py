@@ -88,7 +88,7 @@ def sparse_ws_ready(q, blocks, scales, out, *, rope_aware: bool, fold: bool, has
 
 
 def _launch_sparse_ws(q, input_row_offsets, blocks, scales, layer_idx: int, scale: float, out, lse, sink, indices,
-                      topk_lengths, knobs: int = 0) -> None:
+                      topk_lengths) -> None:
     """`_mla_sparse_decode_ws_kernel`: one program per (query token, 64 heads), no partial results."""
     num_rows, num_heads = q.shape[0], q.shape[1]
     batch = topk_lengths.shape[0]
@@ -106,7 +106,7 @@ def _launch_sparse_ws(q, input_row_offsets, blocks, scales, layer_idx: int, scal
         layer_idx * scales.stride(2), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), indices.stride(0),
         indices.stride(1), blocks.stride(0), blocks.stride(3), rope.stride(0), rope.stride(3), scales.stride(0),
         scales.stride(3),
-        HAS_SINK=sink is not lse, SEARCH_CHUNKS=triton.cdiv(batch, 128), CONSUMER_REGS=240, KNOBS=knobs, num_warps=4)
+        HAS_SINK=sink is not lse, SEARCH_CHUNKS=triton.cdiv(batch, 128), CONSUMER_REGS=240, num_warps=4)
 
 
 def _split_count(num_partitions: int, default: int) -> int:
