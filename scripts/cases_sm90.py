@@ -292,28 +292,3 @@ def decode_ws():
 
 
 CASES.update({"decode-ws": decode_ws})
-
-
-def sparse_decode_ws():
-    """The warp-specialized Gluon sparse decode (`kernels.mla_sparse_decode_ws`) with its launcher's
-    descriptors (128 heads, bf16 q, the rope-aware FP8 cache)."""
-    import torch
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    from triton.runtime.jit import mangle_type
-
-    from pagedmla.kernels.mla_sparse_decode_ws import _mla_sparse_decode_ws_kernel
-    from pagedmla.ops._triton_decode import _ws_q_rows
-
-    q2d = _ws_q_rows(torch.empty(8, 128, 576, dtype=torch.bfloat16))
-
-    def desc(block):
-        return TensorDescriptor.from_tensor(q2d, block, gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))
-    types = {"q_desc": mangle_type(desc([64, 256])), "qr_desc": mangle_type(desc([64, 64]))}
-    types.update(out_ptr="*bf16", lse_ptr="*fp32", offsets_ptr="*i32", sink_ptr="*fp32", idx_ptr="*i32",
-                 topk_len_ptr="*i32", blocks_ptr="*fp8e4nv", rope_ptr="*bf16", scales_ptr="*fp32")
-    const = dict(HAS_SINK=False, SEARCH_CHUNKS=1, CONSUMER_REGS=240)
-    return _mla_sparse_decode_ws_kernel, types, const, 4, 2
-
-
-CASES.update({"sparse-decode-ws": sparse_decode_ws})

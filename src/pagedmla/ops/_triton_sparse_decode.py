@@ -18,16 +18,8 @@ import triton
 
 from ..configs.sparse_decode import SparseDecodeConfig, combine_tile, heuristic
 from ..kernels.mla_sparse_decode import _mla_sparse_decode_combine_kernel, _mla_sparse_decode_kernel
-from ._dispatch import gluon_kernels_available, interpreter_enabled, is_hopper
+from ._dispatch import interpreter_enabled
 from ._fp8_tiles import _FP8, _TL_DTYPES, _is_pow2, _tile_mode, compute_dtype
-from ._triton_decode import _ws_q_rows
-
-_WS_AVAILABLE = gluon_kernels_available()
-if _WS_AVAILABLE:
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
-
-    from ..kernels.mla_sparse_decode_ws import _mla_sparse_decode_ws_kernel
 
 # logits are scaled by scale * log2(e) so the kernels use exp2
 _LOG2E = 1.0 / math.log(2.0)
@@ -72,41 +64,6 @@ def _stream(blocks, scales, granularity: int, kv_lora_rank: int, rope_dim: int, 
                sc.stride(0) if scales is not None else 0, sc.stride(2) if scales is not None else 0,
                sc.stride(3) if scales is not None else 0)
     return blocks, rope, sc, strides, rope_off, group, modes
-
-
-def sparse_ws_ready(q, blocks, scales, out, *, rope_aware: bool, fold: bool, has_extra: bool,
-                    num_partitions: int) -> bool:
-    """Whether the warp-specialized kernel (`kernels.mla_sparse_decode_ws`) takes this call: Triton 3.6 on a
-    Hopper GPU, bf16 q (TMA-readable, `[T, H, 576]`) with heads a multiple of 64, the rope-aware FP8 cache of
-    DeepSeek's dims (640-byte rows, one float32 scale per row), the main index stream only, no folded index
-    rows, no forced split, a bf16 output with unit last stride."""
-    return (_WS_AVAILABLE and not interpreter_enabled() and is_hopper(q.device) and rope_aware and not fold
-            and not has_extra and not (num_partitions and num_partitions > 0) and blocks.dtype == _FP8
-            and blocks.shape[-1] == 640 and scales is not None and scales.dtype == torch.float32
-            and out.dtype == torch.bfloat16 and out.shape[-1] == 512 and out.stride(-1) == 1 and q.shape[-1] == 576
-            and q.shape[1] % 64 == 0 and _ws_q_rows(q) is not None)
-
-
-def _launch_sparse_ws(q, input_row_offsets, blocks, scales, layer_idx: int, scale: float, out, lse, sink, indices,
-                      topk_lengths) -> None:
-    """`_mla_sparse_decode_ws_kernel`: one program per (query token, 64 heads), no partial results."""
-    num_rows, num_heads = q.shape[0], q.shape[1]
-    batch = topk_lengths.shape[0]
-    q2d = _ws_q_rows(q)
-    rope = blocks.view(torch.bfloat16)
-
-    def desc(block):
-        return GluonTensorDescriptor.from_tensor(q2d, block, gl.NVMMASharedLayout.get_default_for(block,
-                                                                                                  gl.bfloat16))
-    page_size = blocks.shape[3]
-    _mla_sparse_decode_ws_kernel[(num_rows * (num_heads // 64),)](
-        desc([64, 256]), desc([64, 64]), out, lse, input_row_offsets, sink, indices, topk_lengths, blocks, rope,
-        scales, batch, num_heads, num_heads // 64, page_size, min(blocks.shape[0] * page_size, 2**31 - 1),
-        indices.shape[1], scale * _LOG2E, layer_idx * blocks.stride(2), layer_idx * rope.stride(2),
-        layer_idx * scales.stride(2), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), indices.stride(0),
-        indices.stride(1), blocks.stride(0), blocks.stride(3), rope.stride(0), rope.stride(3), scales.stride(0),
-        scales.stride(3),
-        HAS_SINK=sink is not lse, SEARCH_CHUNKS=triton.cdiv(batch, 128), CONSUMER_REGS=240, num_warps=4)
 
 
 def _split_count(num_partitions: int, default: int) -> int:
@@ -161,11 +118,6 @@ def sparse_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, sca
     interpret = interpreter_enabled()
     cd = compute_dtype(q.dtype, blocks.dtype, rope_aware)
     fold = fold_shared_index and max_seq_length > 1
-    if config is None and sparse_ws_ready(q, blocks, scales, out, rope_aware=rope_aware, fold=fold,
-                                          has_extra=has_extra, num_partitions=num_partitions):
-        _launch_sparse_ws(q, input_row_offsets, blocks, scales, layer_idx, scale, out, lse,
-                          attn_sink if attn_sink is not None else lse, indices, topk_lengths)
-        return
     rows_per_group = num_heads * max_seq_length if fold else num_heads
     num_groups = batch if fold else num_rows
     topk, x_topk = indices.shape[1], x_idx.shape[1] if has_extra else 0
