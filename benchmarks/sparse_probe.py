@@ -19,12 +19,12 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import torch
 
 import pagedmla as pm
-from pagedmla.configs.sparse_decode import SparseDecodeConfig
+from pagedmla.configs.sparse_decode import SparseDecodeConfig, ring_config
 from pagedmla.ops._triton_sparse_decode import sparse_decode
 from pagedmla.reference.decode import mla_decode_kv_cache_ragged as reference_decode
 from pagedmla.testing import perf
@@ -135,6 +135,8 @@ def _cfg(bm, bn, splits, warps, stages, combine=(4, 512)):
 
 def _label(cfg: SparseDecodeConfig) -> str:
     text = str(tuple(asdict(cfg).values())[:5])
+    if cfg.ring_slots:
+        text += f" ring {cfg.ring_slots}"
     if (cfg.combine_block_r, cfg.combine_block_dv) != (4, 512):
         text += f" combine r{cfg.combine_block_r} dv{cfg.combine_block_dv}"
     return text
@@ -146,6 +148,9 @@ SWEEP_64 = [_cfg(64, 64, 1, 8, 2), _cfg(64, 64, 1, 8, 3), _cfg(64, 32, 1, 8, 3),
 SWEEP_16 = [_cfg(16, 32, 2, 4, 3), _cfg(16, 32, 2, 4, 3, (8, 128)), _cfg(16, 32, 2, 4, 3, (16, 128)),
             _cfg(16, 32, 4, 4, 3), _cfg(16, 32, 2, 4, 4), _cfg(16, 64, 2, 8, 3),
             _cfg(16, 32, 2, 8, 4), _cfg(16, 64, 4, 8, 2)]
+# the Gluon ring kernel (`ring_config`): ring depths and splits
+SWEEP_16 += [replace(ring_config(num_groups=1, topk=2048, num_sms=132, slots=s), num_splits=n)
+             for s, n in ((5, 1), (4, 1), (3, 1), (5, 2), (2, 2), (2, 4))]
 SWEEP_32 = [_cfg(32, 64, 4, 8, 2), _cfg(32, 32, 4, 8, 3), _cfg(32, 32, 2, 4, 3)]
 SWEEP_64_FP8 = [_cfg(64, 64, 1, 8, 3), _cfg(64, 64, 1, 8, 2), _cfg(64, 64, 1, 8, 3), _cfg(64, 32, 1, 8, 3)]
 

@@ -292,3 +292,17 @@ def decode_ws():
 
 
 CASES.update({"decode-ws": decode_ws})
+
+
+def sparse_ring(slots: int, dtype: str = "bf16", sink: bool = True, split: bool = True):
+    """The Gluon 16-row sparse decode (`kernels.mla_sparse_decode_ring`) with a ring of `slots` 32-key blocks."""
+    from pagedmla.kernels.mla_sparse_decode_ring import _mla_sparse_decode_ring_kernel
+    types = {n: f"*{dtype}" for n in ("q_ptr", "out_ptr", "blocks_ptr")}
+    types.update({n: "*fp32" for n in ("lse_ptr", "part_out_ptr", "part_lse_ptr", "sink_ptr")})
+    types.update({n: "*i32" for n in ("offsets_ptr", "idx_ptr", "topk_len_ptr")})
+    const = dict(HAS_SINK=sink, SPLIT=split, NUM_SLOTS=slots)
+    return _mla_sparse_decode_ring_kernel, types, const, 4, 1
+
+
+CASES.update({f"sparse-ring-s{s}": partial(sparse_ring, s) for s in (2, 3, 4, 5)})
+CASES.update({"sparse-ring-s5-fp16-whole": partial(sparse_ring, 5, "fp16", False, False)})

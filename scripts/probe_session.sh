@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: the final check of the session's code (the combine's 128-piece
-# tile): the whole decode and sparse gpu tiers (420 s cap).
+# One device call (edit per session). This one: the Gluon ring kernel for the 16-head sparse decode: its gpu
+# tests and the rest of the sparse tier, then benchmarks/sparse_probe.py's 16-head cases with ring configs.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-timeout 420 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py \
-  tests/test_sparse_decode_triton.py > "$OUT/gpu-tests-decode-sparse-$COMMIT.txt" 2>&1
-echo "rc $?"; tail -2 "$OUT/gpu-tests-decode-sparse-$COMMIT.txt"; grep -E "^FAILED" "$OUT/gpu-tests-decode-sparse-$COMMIT.txt" | head
+timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_sparse_decode_triton.py \
+  > "$OUT/gpu-tests-sparse-$COMMIT.txt" 2>&1
+echo "tests rc $?"; tail -2 "$OUT/gpu-tests-sparse-$COMMIT.txt"; grep -E "^FAILED|Error" "$OUT/gpu-tests-sparse-$COMMIT.txt" | head -20
+timeout 240 python3 benchmarks/sparse_probe.py --out "$OUT" --cases H16-bf16kv --sweep > "$OUT/sparse-ring-$COMMIT.txt" 2>&1
+echo "probe rc $?"; grep -v "^{" "$OUT/sparse-ring-$COMMIT.txt" | tail -30

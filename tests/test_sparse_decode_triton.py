@@ -8,6 +8,7 @@ float32 compute is held to a fixed tolerance; 16-bit compute to twice PyTorch's 
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
 import pytest
@@ -443,3 +444,151 @@ def test_combine_tile_bounds_registers():
     assert combine_tile(cfg, 4, 512) == (4, 512)
     assert combine_tile(cfg, 16, 512) == (8, 128)
     assert combine_tile(cfg, 2, 64) == (4, 64)
+
+
+# ---- the Gluon ring kernel (16 rows or fewer, bf16/fp16 cache; Hopper) ----
+
+def _ring_case(heads, dtype, *, cache, new, lengths, page_size=64, sink=False, config=None, seed=0):
+    """A sparse decode of `heads` heads on a `dtype` cache (NaN in every unused slot and spare block, index rows
+    with -1 holes, columns past `lengths` naming NaN rows and out-of-pool ids), run through the public op (or
+    the launcher with `config`) on the GPU and checked against the float32 reference."""
+    from pagedmla.ops._triton_sparse_decode import sparse_decode
+
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(seed)
+    topk = max(lengths) + 5
+    pb = make_paged_batch(cache, new, head_size=V32_RANK + V32_ROPE, page_size=page_size, seed=seed, num_layers=2,
+                          spare_blocks=2, dtype=dtype)
+    idx = _index_rows(pb, topk, lengths, gen)
+    q = (torch.randn(pb.num_rows, heads, V32_RANK + V32_ROPE, generator=gen) * 0.5).to(dtype)
+    sink_t = torch.randn(heads, generator=gen) if sink else None
+    kw = {"mask": "null", "indices": idx, "topk_lengths": torch.tensor(lengths, dtype=I32), "q_scale": None,
+          "per_token_scale_rope_aware": False, "qk_rope_head_dim": V32_ROPE, "attn_sink": sink_t}
+    want, want_lse = _reference32(q, pb.input_row_offsets, pb.kv, 1, 0.1, kw)
+    low, low_lse = _lowprec(q, None, pb.kv, 1, idx, lengths, {"offsets": pb.input_row_offsets.tolist()}, 0.1, sink_t,
+                            V32_RANK, False, V32_ROPE)
+    kv = pb.kv.replace(blocks=pb.kv.blocks.to(dev), cache_lengths=pb.kv.cache_lengths.to(dev),
+                       lookup_table=pb.kv.lookup_table.to(dev))
+    got = torch.full((pb.num_rows, heads, V32_RANK), float("nan"), dtype=dtype, device=dev)
+    got_lse = torch.full((pb.num_rows, heads), float("nan"), device=dev)
+    sink_dev = None if sink_t is None else sink_t.to(dev)
+    if config is None:
+        got, got_lse = pm.mla_decode_kv_cache_ragged(
+            q.to(dev), pb.input_row_offsets.to(dev), kv, 1, 0.1, mask="null", output=got, indices=idx.to(dev),
+            topk_lengths=kw["topk_lengths"].to(dev), attn_sink=sink_dev, qk_rope_head_dim=V32_ROPE,
+            return_lse=True, backend="triton")
+    else:
+        sparse_decode(q.to(dev), pb.input_row_offsets.to(dev), kv.blocks, kv.cache_lengths, kv.lookup_table, None, 1,
+                      0.1, 0, -1, config.num_splits, got, got_lse, qk_rope_head_dim=V32_ROPE, indices=idx.to(dev),
+                      topk_lengths=kw["topk_lengths"].to(dev), attn_sink=sink_dev, config=config)
+    eps = _bf16_eps(want, [pb.kv], False, V32_ROPE)
+    assert_close_to_reference(got.float().cpu(), want, _envelope(low, want, -1), eps=eps)
+    assert_close_to_reference(got_lse.cpu(), want_lse, _envelope(low_lse, want_lse, -1), eps=1e-4, name="lse")
+    return got, got_lse
+
+
+RING_CASES = [
+    # heads, dtype, page size, cached / new tokens, top-k lengths (0: a sequence with no key; 40: fewer blocks
+    # than ring slots), sink
+    pytest.param(16, torch.bfloat16, 64, [3000, 5200, 90], [2, 1, 1], [2048, 1900, 40], False, id="H16-bf16-ps64"),
+    pytest.param(16, torch.bfloat16, 16, [700, 1500, 33], [1, 2, 1], [600, 1000, 0], True, id="H16-bf16-ps16-sink"),
+    pytest.param(7, torch.float16, 1, [300, 260], [2, 1], [250, 200], True, id="H7-fp16-ps1-sink"),
+    pytest.param(1, torch.bfloat16, 64, [5000], [1], [4000], False, id="H1-bf16-one-token"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads, dtype, page_size, cache, new, lengths, sink", RING_CASES)
+def test_gpu_sparse_ring_matches_reference(heads, dtype, page_size, cache, new, lengths, sink, call_counter):
+    """The public op runs the Gluon ring kernel for up to 16 heads of a bf16/fp16 cache (its launches are
+    counted, so a dispatch regression that falls back to the Triton kernel fails here)."""
+    from pagedmla.ops import _triton_sparse_decode
+
+    launches = call_counter(_triton_sparse_decode, "_launch_ring")
+    _ring_case(heads, dtype, cache=cache, new=new, lengths=lengths, page_size=page_size, sink=sink, seed=heads)
+    assert launches[0] == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("slots", [2, 3, 5])
+@pytest.mark.parametrize("splits", [1, 3, 40], ids=["split1", "split3", "split40"])
+def test_gpu_sparse_ring_configs(slots, splits, call_counter):
+    """Every ring depth, with one program per index row, three, and more programs than a short row has blocks
+    (empty splits), with a sink."""
+    from pagedmla.configs.sparse_decode import ring_config
+    from pagedmla.ops import _triton_sparse_decode
+
+    launches = call_counter(_triton_sparse_decode, "_launch_ring")
+    cfg = dataclasses.replace(ring_config(num_groups=1, topk=2048, num_sms=132, slots=slots), num_splits=splits)
+    _ring_case(16, torch.bfloat16, cache=[2500, 800, 64], new=[1, 2, 1], lengths=[2000, 300, 64],
+               sink=True, config=cfg, seed=slots + splits)
+    assert launches[0] == 1
+
+
+@pytest.mark.gpu
+def test_gpu_sparse_ring_all_minus_one_rows(call_counter):
+    """Index rows whose counted entries are all -1 (and one of length 0) give 0 and LSE -inf on the ring kernel,
+    and their neighbours are unaffected."""
+    from pagedmla.ops import _triton_sparse_decode
+
+    launches = call_counter(_triton_sparse_decode, "_launch_ring")
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(4)
+    pb = make_paged_batch([400, 300, 200], [1, 1, 1], head_size=576, page_size=64, seed=4, spare_blocks=1,
+                          dtype=torch.bfloat16)
+    lengths = [256, 0, 256]
+    idx = _index_rows(pb, 256, lengths, gen)
+    idx[0] = -1
+    q = torch.randn(pb.num_rows, 16, 576, generator=gen).bfloat16()
+    kv = pb.kv.replace(blocks=pb.kv.blocks.to(dev), cache_lengths=pb.kv.cache_lengths.to(dev),
+                       lookup_table=pb.kv.lookup_table.to(dev))
+    out, lse = pm.mla_decode_kv_cache_ragged(q.to(dev), pb.input_row_offsets.to(dev), kv, 0, 0.1, mask="null",
+                                             indices=idx.to(dev), topk_lengths=torch.tensor(lengths, dtype=I32,
+                                                                                            device=dev),
+                                             qk_rope_head_dim=64, return_lse=True, backend="triton")
+    assert launches[0] == 1
+    for g in (0, 1):
+        assert torch.equal(out[g].cpu(), torch.zeros_like(out[g].cpu())), g
+        assert torch.isneginf(lse[g].cpu()).all(), g
+    assert torch.isfinite(out[2].cpu().float()).all() and torch.isfinite(lse[2].cpu()).all()
+    assert out[2].abs().sum() > 0
+
+
+def test_sparse_ring_dispatch_rules(monkeypatch):
+    """Which calls the ring kernel takes (Hopper patched in; CPU tensors): 16-bit q and cache of one dtype
+    without scales, 512 + 64 dims, at most 16 heads, no fold, no extra stream, 16-byte aligned cache rows."""
+    from pagedmla.ops import _triton_sparse_decode as sd
+
+    monkeypatch.setattr(sd, "_RING_AVAILABLE", True)
+    monkeypatch.setattr(sd, "is_hopper", lambda device: True)
+    blocks = torch.empty(4, 1, 2, 64, 1, 576, dtype=torch.bfloat16)
+    q = torch.empty(3, 16, 576, dtype=torch.bfloat16)
+    out = torch.empty(3, 16, 512, dtype=torch.bfloat16)
+    base = dict(rope_aware=False, fold=False, has_extra=False)
+    assert sd.sparse_ring_ready(q, blocks, out, None, None, **base)
+    assert sd.sparse_ring_ready(q.half(), blocks.half(), out.half(), None, None, **base)
+    assert not sd.sparse_ring_ready(torch.empty(3, 17, 576, dtype=torch.bfloat16), blocks, out, None, None, **base)
+    assert not sd.sparse_ring_ready(q.half(), blocks, out, None, None, **base)
+    assert not sd.sparse_ring_ready(q, blocks, out, torch.empty(1), None, **base)
+    assert not sd.sparse_ring_ready(q, blocks, out, None, None, rope_aware=False, fold=True, has_extra=False)
+    assert not sd.sparse_ring_ready(q, blocks, out, None, None, rope_aware=False, fold=False, has_extra=True)
+    assert not sd.sparse_ring_ready(q, blocks[..., :320], out[..., :256], None, None, **base)
+    padded = torch.empty(4, 1, 2, 64, 1, 580, dtype=torch.bfloat16)[..., :576]  # rows 1160 bytes apart
+    assert not sd.sparse_ring_ready(q, padded, out, None, None, **base)
+    monkeypatch.setattr(sd, "is_hopper", lambda device: False)
+    assert not sd.sparse_ring_ready(q, blocks, out, None, None, **base)
+
+
+def test_sparse_ring_heuristic():
+    """`ring=True` picks the ring kernel for groups of up to 16 rows only, one program per SM: the index rows are
+    split only when they alone leave SMs idle, and never below 4 blocks per split."""
+    from pagedmla.configs.sparse_decode import RING_SLOTS, heuristic
+
+    kw = dict(topk=2048, q_dtype=torch.bfloat16, cache_dtype=torch.bfloat16, compute_dtype=torch.bfloat16,
+              num_sms=132, ring=True)
+    cfg = heuristic(rows_per_group=16, num_groups=128, **kw)
+    assert (cfg.ring_slots, cfg.num_splits, cfg.block_m) == (RING_SLOTS, 1, 16)
+    assert heuristic(rows_per_group=16, num_groups=64, **kw).num_splits == 2
+    assert heuristic(rows_per_group=8, num_groups=1, **kw).num_splits == 16  # 64 blocks, 4 per split
+    assert heuristic(rows_per_group=32, num_groups=64, **kw).ring_slots == 0
+    assert heuristic(rows_per_group=16, num_groups=128, **{**kw, "ring": False}).ring_slots == 0

@@ -19,6 +19,10 @@ class SparseDecodeConfig:
         num_splits: programs that share one group's index list (1: no partials, no combine kernel).
         num_warps, num_stages: of the main kernel (num_stages pipelines the gathers).
         prefetch_indices: load each block's indices an iteration ahead (see `_attend_stream`).
+        ring_slots: run the Gluon kernel `pagedmla.kernels.mla_sparse_decode_ring` with a ring of this many 32-key
+            slots instead of the Triton kernel (0); only for calls it can take (`ops._triton_sparse_decode.
+            sparse_ring_ready`: Hopper, bf16/fp16, at most 16 rows per group). block_m, block_n, num_warps and
+            num_stages then describe that kernel's fixed tiling (16, 32, 4, 1).
         combine_block_r, combine_block_dv, combine_num_warps: rows and output columns per program, and warps, of
             the combine kernel (4 whole 512-column rows: 113.7 us against 118.2 us for 8 rows x 128 columns at
             16 heads, bf16, B = 64, 2 query tokens, 2 splits, H200; the columns are capped at kv_lora_rank, and
@@ -31,6 +35,7 @@ class SparseDecodeConfig:
     num_warps: int = 8
     num_stages: int = 2
     prefetch_indices: bool = False
+    ring_slots: int = 0
     combine_block_r: int = 4
     combine_block_dv: int = 512
     combine_num_warps: int = 4
@@ -67,10 +72,23 @@ def splits_for(*, programs: int, index_blocks: int, block_m: int, num_sms: int) 
     return max(1, min(target // max(1, programs), index_blocks // 4, 64))
 
 
+# ring slots of the Gluon 16-row kernel: 5 x 36 KB of keys and q's 18 KB take 203 KB, one program per SM
+RING_SLOTS = 5
+
+
+def ring_config(*, num_groups: int, topk: int, num_sms: int, slots: int = RING_SLOTS) -> SparseDecodeConfig:
+    """The Gluon ring kernel's config: one program per SM (two from 2 slots down, which fit twice), and a group's
+    index blocks split when the groups alone would leave SMs idle (each split keeps >= 4 blocks)."""
+    per_sm = 2 if slots <= 2 else 1
+    splits = max(1, min(per_sm * num_sms // max(1, num_groups), -(-topk // 32) // 4, 64))
+    return SparseDecodeConfig(block_m=16, block_n=32, num_splits=splits, num_warps=4, num_stages=1,
+                              ring_slots=slots)
+
+
 @functools.lru_cache(maxsize=4096)
 def heuristic(*, rows_per_group: int, num_groups: int, topk: int, q_dtype: torch.dtype, cache_dtype: torch.dtype,
               compute_dtype: torch.dtype, num_sms: int, interpret: bool = False,
-              rope_aware: bool = False) -> SparseDecodeConfig:
+              rope_aware: bool = False, ring: bool = False) -> SparseDecodeConfig:
     """Tiles for one call: the best configs of benchmarks/sparse_probe.py on H200 (register and shared-memory
     budgets checked with ptxas for sm_90a).
 
@@ -78,8 +96,13 @@ def heuristic(*, rows_per_group: int, num_groups: int, topk: int, q_dtype: torch
     (8 warps) at kv_lora_rank 512; 64 indices per block, two stages for the rope-aware FP8 row, else three.
     16-row tiles: 4 warps, 32 indices, three stages; 32-row tiles: 8 warps, 64 indices, two stages. float32
     compute quadruples q's and the blocks' shared memory: at most 32 rows and 16 indices per block.
+
+    `ring` (the launcher's `sparse_ring_ready`): groups of at most 16 rows run the Gluon ring kernel
+    (`ring_config`).
     """
     block_m = block_m_for(rows_per_group)
+    if ring and not interpret and block_m <= 16:
+        return ring_config(num_groups=num_groups, topk=topk, num_sms=num_sms)
     if interpret:
         return SparseDecodeConfig(block_m=block_m, block_n=16, num_splits=1, num_warps=1, num_stages=1,
                                   prefetch_indices=block_m < 64, combine_block_r=4, combine_block_dv=32,

@@ -18,8 +18,12 @@ import triton
 
 from ..configs.sparse_decode import SparseDecodeConfig, combine_tile, heuristic
 from ..kernels.mla_sparse_decode import _mla_sparse_decode_combine_kernel, _mla_sparse_decode_kernel
-from ._dispatch import interpreter_enabled
+from ._dispatch import gluon_kernels_available, interpreter_enabled, is_hopper
 from ._fp8_tiles import _FP8, _TL_DTYPES, _is_pow2, _tile_mode, compute_dtype
+
+_RING_AVAILABLE = gluon_kernels_available()
+if _RING_AVAILABLE:
+    from ..kernels.mla_sparse_decode_ring import _mla_sparse_decode_ring_kernel
 
 # logits are scaled by scale * log2(e) so the kernels use exp2
 _LOG2E = 1.0 / math.log(2.0)
@@ -64,6 +68,31 @@ def _stream(blocks, scales, granularity: int, kv_lora_rank: int, rope_dim: int, 
                sc.stride(0) if scales is not None else 0, sc.stride(2) if scales is not None else 0,
                sc.stride(3) if scales is not None else 0)
     return blocks, rope, sc, strides, rope_off, group, modes
+
+
+def sparse_ring_ready(q, blocks, out, scales, q_scale, *, rope_aware: bool, fold: bool, has_extra: bool) -> bool:
+    """Whether the Gluon ring kernel (`kernels.mla_sparse_decode_ring`) can take this call: Triton 3.6 on a Hopper
+    GPU, q and cache both bf16 or both fp16 without scales, DeepSeek's 512 + 64 dims, at most 16 heads, one
+    query token per index row (no fold_shared_index), no extra stream, unit last strides, and cache rows whose
+    16-byte chunks are aligned (the copies are 16 bytes wide)."""
+    return (_RING_AVAILABLE and is_hopper(q.device) and q.dtype in (torch.bfloat16, torch.float16)
+            and blocks.dtype == q.dtype and scales is None and q_scale is None and not rope_aware and not fold
+            and not has_extra and q.shape[1] <= 16 and q.shape[-1] == 576 and blocks.shape[-1] == 576
+            and out.shape[-1] == 512 and q.stride(-1) == 1 and out.stride(-1) == 1 and blocks.stride(-1) == 1
+            and blocks.data_ptr() % 16 == 0 and all(blocks.stride(d) % 16 == 0 for d in (0, 2, 3)))
+
+
+def _launch_ring(q, out, lse, part_out, part_lse, offsets, sink, indices, topk_lengths, blocks, layer_idx: int,
+                 scale: float, splits: int, part_strides: tuple, has_sink: bool, slots: int) -> None:
+    """`_mla_sparse_decode_ring_kernel` over (query rows, splits), writing `out` / `lse` or the partials."""
+    page_size = blocks.shape[3]
+    _mla_sparse_decode_ring_kernel[(q.shape[0], splits)](
+        q, out, lse, part_out, part_lse, offsets, sink, indices, topk_lengths, blocks,
+        topk_lengths.shape[0], q.shape[1], splits, layer_idx, scale * _LOG2E, page_size,
+        min(blocks.shape[0] * page_size, 2**31 - 1), indices.shape[1],
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), *part_strides,
+        indices.stride(0), indices.stride(1), blocks.stride(0), blocks.stride(2), blocks.stride(3),
+        HAS_SINK=has_sink, SPLIT=splits > 1, NUM_SLOTS=slots, num_warps=4)
 
 
 def _split_count(num_partitions: int, default: int) -> int:
@@ -121,9 +150,14 @@ def sparse_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, sca
     rows_per_group = num_heads * max_seq_length if fold else num_heads
     num_groups = batch if fold else num_rows
     topk, x_topk = indices.shape[1], x_idx.shape[1] if has_extra else 0
+    ring = not interpret and sparse_ring_ready(q, blocks, out, scales, q_scale if q.dtype == _FP8 else None,
+                                               rope_aware=rope_aware, fold=fold, has_extra=has_extra)
     cfg = config or heuristic(rows_per_group=rows_per_group, num_groups=num_groups, topk=topk + x_topk,
                               q_dtype=q.dtype, cache_dtype=blocks.dtype, compute_dtype=cd,
-                              num_sms=_num_sms(q.device), interpret=interpret, rope_aware=rope_aware)
+                              num_sms=_num_sms(q.device), interpret=interpret, rope_aware=rope_aware, ring=ring)
+    if cfg.ring_slots and not ring:
+        raise ValueError(f"Invalid config: expected ring_slots 0 for a call the Gluon ring kernel cannot take "
+                         f"(see sparse_ring_ready), got {cfg.ring_slots}")
     splits = _split_count(num_partitions, cfg.num_splits)
     num_tiles = triton.cdiv(rows_per_group, cfg.block_m)
     if splits > 1:
@@ -140,25 +174,29 @@ def sparse_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, sca
     pool_rows = min(blk.shape[0] * page_size, 2**31 - 1)
     x_pool_rows = min(x_blk.shape[0] * x_page_size, 2**31 - 1)
     q_fp8 = q.dtype == _FP8
-    _mla_sparse_decode_kernel[(num_groups * num_tiles, splits)](
-        q, q_rope, q_scale if q_fp8 else q, out, lse, part_out, part_lse, input_row_offsets, sink,
-        indices, topk_lengths, blk, rope_view, sc, x_idx, x_len, x_blk, x_rope_view, x_sc,
-        batch, num_heads, num_tiles, splits, layer_idx, scale * _LOG2E,
-        page_size, pool_rows, topk, x_page_size, x_pool_rows, x_topk,
-        q.stride(0), q.stride(1), q_rope.stride(0), q_rope.stride(1), out.stride(0), out.stride(1),
-        lse.stride(0), lse.stride(1), *po_strides, *pl_strides,
-        indices.stride(0), indices.stride(1), *strides,
-        x_idx.stride(0), x_idx.stride(1), *x_strides,
-        KV_LORA_RANK=kv_lora_rank, ROPE_DIM=rope, Q_ROPE_OFF=q_rope_off, ROPE_OFF=rope_off,
-        G=group, LAT_MODE=modes[0], LAT_NG=modes[1], LAT_GS=modes[2],
-        ROPE_MODE=modes[3], ROPE_NG=modes[4], ROPE_GS=modes[5],
-        X_G=x_group, X_LAT_MODE=x_modes[0], X_LAT_NG=x_modes[1], X_LAT_GS=x_modes[2],
-        X_ROPE_MODE=x_modes[3], X_ROPE_NG=x_modes[4], X_ROPE_GS=x_modes[5],
-        FOLD=fold, HAS_EXTRA=has_extra, HAS_SINK=attn_sink is not None, Q_SCALED=q_fp8,
-        SPLIT_QS=q_fp8 and rope_aware, SPLIT=splits > 1, SEARCH_STEPS=max(1, batch.bit_length()),
-        CD=_TL_DTYPES[cd], BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, INTERPRET=interpret,
-        IEEE=cd == torch.float32, PREFETCH_INDICES=cfg.prefetch_indices, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages)
+    if cfg.ring_slots:
+        _launch_ring(q, out, lse, part_out, part_lse, input_row_offsets, sink, indices, topk_lengths, blk, layer_idx,
+                     scale, splits, po_strides + pl_strides, attn_sink is not None, cfg.ring_slots)
+    else:
+        _mla_sparse_decode_kernel[(num_groups * num_tiles, splits)](
+            q, q_rope, q_scale if q_fp8 else q, out, lse, part_out, part_lse, input_row_offsets, sink,
+            indices, topk_lengths, blk, rope_view, sc, x_idx, x_len, x_blk, x_rope_view, x_sc,
+            batch, num_heads, num_tiles, splits, layer_idx, scale * _LOG2E,
+            page_size, pool_rows, topk, x_page_size, x_pool_rows, x_topk,
+            q.stride(0), q.stride(1), q_rope.stride(0), q_rope.stride(1), out.stride(0), out.stride(1),
+            lse.stride(0), lse.stride(1), *po_strides, *pl_strides,
+            indices.stride(0), indices.stride(1), *strides,
+            x_idx.stride(0), x_idx.stride(1), *x_strides,
+            KV_LORA_RANK=kv_lora_rank, ROPE_DIM=rope, Q_ROPE_OFF=q_rope_off, ROPE_OFF=rope_off,
+            G=group, LAT_MODE=modes[0], LAT_NG=modes[1], LAT_GS=modes[2],
+            ROPE_MODE=modes[3], ROPE_NG=modes[4], ROPE_GS=modes[5],
+            X_G=x_group, X_LAT_MODE=x_modes[0], X_LAT_NG=x_modes[1], X_LAT_GS=x_modes[2],
+            X_ROPE_MODE=x_modes[3], X_ROPE_NG=x_modes[4], X_ROPE_GS=x_modes[5],
+            FOLD=fold, HAS_EXTRA=has_extra, HAS_SINK=attn_sink is not None, Q_SCALED=q_fp8,
+            SPLIT_QS=q_fp8 and rope_aware, SPLIT=splits > 1, SEARCH_STEPS=max(1, batch.bit_length()),
+            CD=_TL_DTYPES[cd], BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, INTERPRET=interpret,
+            IEEE=cd == torch.float32, PREFETCH_INDICES=cfg.prefetch_indices, num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages)
     if splits > 1:
         block_r, block_dv = combine_tile(cfg, splits, kv_lora_rank)
         grid = (triton.cdiv(num_rows * num_heads, block_r), kv_lora_rank // block_dv)

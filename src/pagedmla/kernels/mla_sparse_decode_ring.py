@@ -1,0 +1,263 @@
+"""Sparse (top-k) MLA decode for groups of up to 16 rows (16 heads or fewer, one query token), in Gluon: the
+key rows are gathered into a ring of shared-memory slots several blocks ahead of the math.
+
+Why. The Triton sparse kernel (`pagedmla.kernels.mla_sparse_decode`) leaves its gathers to the compiler's
+pipeliner, which issues a block's copies right after the load of that block's indices: at 16 heads about one
+block per program is in flight, and the memory system is left waiting (63% of the copy ceiling at the 16-head
+V3.2 shape; benchmarks/gather_probe.py showed random 1152-byte rows are read at 4 TB/s when enough of them are
+in flight). Here the program issues the asynchronous copies (`cp.async`, no registers held) itself.
+
+Work decomposition (as the Triton kernel's, without `fold_shared_index`): program (token, split) owns the token's
+`num_heads` rows (padded to 16) and the split's share of the token's 32-key index blocks. The ring has NUM_SLOTS
+slots of one block each (latent `[32, 512]` and rope `[32, 64]` tiles):
+- before the loop the first NUM_SLOTS - 1 blocks are issued, one copy group per block;
+- iteration j waits until block j's group has landed (`wait_group(NUM_SLOTS - 2)`), passes a barrier (every
+  thread's copies are then visible, and every warp is done with block j - 1), refills block j - 1's slot with
+  block j + NUM_SLOTS - 1, loads the indices of the block after that, and then computes block j;
+- index entries that are -1, outside the pool or past `topk_lengths[b]` copy as zero rows and are masked in S.
+
+Math (4 warps, `mma.sync` 16x8x16; each warp owns 8 keys of S and 128 output columns): the logits are five
+independent MMA chains (four 128-column latent chunks and the rope part, summed afterwards) instead of one chain
+of 36; q's latent part is read from shared memory per block (in registers it would not leave room for the rest).
+The row sums stay per key column until the end, so the block's only cross-warp steps are the row max and
+handing P to every warp. With one split a program finishes its rows (sink, normalization); with several it
+writes a normalized partial and its LSE in the Triton kernel's layout, and
+`mla_sparse_decode._mla_sparse_decode_combine_kernel` merges them.
+
+Scope (the launcher checks it, else the Triton kernel runs): a Hopper GPU, q and cache both bf16 or both fp16,
+DeepSeek's 512 + 64 dims, at most 16 heads, one query token per group, the main index stream only.
+Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave the kernel in natural log.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
+
+from .gluon_common import LN2, LOG2E
+
+BLOCK_M = gl.constexpr(16)
+BLOCK_N = gl.constexpr(32)
+D_LAT = gl.constexpr(512)
+D_ROPE = gl.constexpr(64)
+CHUNK = gl.constexpr(128)  # latent columns per logits chain and per output accumulator
+SEARCH_BLOCK = gl.constexpr(128)
+
+
+@gluon.constexpr_function
+def _mma():
+    """Accumulator layout of S `[16, 32]` and of the output chunks `[16, 128]`: warps side by side along N."""
+    return gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 4], instr_shape=[16, 8])
+
+
+@gluon.constexpr_function
+def _smem():
+    """Shared layout of q and of the ring's tiles (2-D, or 3-D with a leading slot index): 16-byte vectors,
+    swizzled so that ldmatrix reads them in either orientation without bank conflicts."""
+    return gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0])
+
+
+@gluon.constexpr_function
+def _lat_copy():
+    """Copies of a block's latent rows `[32, 512]`: 16 bytes per thread, a warp per row."""
+    return gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
+
+
+@gluon.constexpr_function
+def _rope_copy():
+    """Copies of a block's rope columns `[32, 64]` (and of q's rows): 16 bytes per thread."""
+    return gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+
+
+@gluon.jit
+def _sequence_of(offsets_ptr, tok, batch):
+    """The sequence holding query row `tok`: how many sequences end at or before it (one vector load per 128
+    sequences, instead of a binary search's chain of dependent loads)."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    b = 0
+    base = 0
+    while base < batch:
+        nxt = base + 1 + gl.arange(0, SEARCH_BLOCK, layout)
+        ends = gl.load(offsets_ptr + nxt, mask=nxt <= batch, other=2147483647)
+        b += gl.sum((ends <= tok).to(gl.int32), axis=0)
+        base += SEARCH_BLOCK
+    return b
+
+
+@gluon.jit
+def _block_rows(idx_row, stride_idx_k, block, count, pool_rows, layout: gl.constexpr):
+    """(cache row of each key of index block `block`, whether it is a key) in `layout` (1-D): -1, out-of-pool
+    entries and columns at or past `count` are no key (row 0, never read)."""
+    keys = block * BLOCK_N + gl.arange(0, BLOCK_N, layout)
+    idx = gl.load(idx_row + keys.to(gl.int64) * stride_idx_k, mask=keys < count, other=-1)
+    ok = (idx >= 0) & (idx < pool_rows)
+    return gl.where(ok, idx, 0), ok
+
+
+@gluon.jit
+def _copy_indices(idx_row, stride_idx_k, block, count, pool_rows):
+    """A block's rows in the two copy layouts."""
+    il, ol = _block_rows(idx_row, stride_idx_k, block, count, pool_rows, gl.SliceLayout(1, _lat_copy()))
+    ir, orr = _block_rows(idx_row, stride_idx_k, block, count, pool_rows, gl.SliceLayout(1, _rope_copy()))
+    return il, ol, ir, orr
+
+
+@gluon.jit
+def _issue(lat_s, rope_s, slot, il, ol, ir, orr, blocks_ptr, page_size, layer_off, stride_b, stride_s):
+    """Asynchronous copies of a block's rows into ring slot `slot` (zeros for rows that are no key), as one
+    copy group."""
+    cols = gl.arange(0, D_LAT, gl.SliceLayout(0, _lat_copy()))
+    off = (il // page_size).to(gl.int64) * stride_b + layer_off + (il % page_size).to(gl.int64) * stride_s
+    async_copy.async_copy_global_to_shared(lat_s.index(slot), blocks_ptr + off[:, None] + cols[None, :],
+                                           mask=ol[:, None])
+    rcols = gl.arange(0, D_ROPE, gl.SliceLayout(0, _rope_copy()))
+    off = (ir // page_size).to(gl.int64) * stride_b + layer_off + (ir % page_size).to(gl.int64) * stride_s
+    async_copy.async_copy_global_to_shared(rope_s.index(slot), blocks_ptr + off[:, None] + D_LAT + rcols[None, :],
+                                           mask=orr[:, None])
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _logits(q_s, q_rope, lat, rope, s_ok, qk_scale):
+    """Scaled, masked logits S `[16, 32]` of one ring slot: five independent MMA chains, then summed."""
+    layout: gl.constexpr = _mma()
+    a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2)
+    b_op: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=layout, k_width=2)
+    zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout)
+    s = mma_v2(q_rope, rope.permute((1, 0)).load(b_op), zero)
+    for c in gl.static_range(D_LAT // CHUNK):
+        q_c = q_s.slice(c * CHUNK, CHUNK, dim=1).load(a_op)
+        k_c = lat.slice(c * CHUNK, CHUNK, dim=1).permute((1, 0)).load(b_op)
+        s += mma_v2(q_c, k_c, zero)
+    return gl.where(s_ok[None, :], s * qk_scale, float("-inf"))
+
+
+@gluon.jit
+def _pv(p_op, lat, c: gl.constexpr, acc, alpha):
+    """Output chunk c `[16, 128]`: rescaled by alpha, plus P @ V over the slot's latent columns of the chunk."""
+    b_op: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=_mma(), k_width=2)
+    return mma_v2(p_op, lat.slice(c * CHUNK, CHUNK, dim=1).load(b_op), acc * alpha[:, None])
+
+
+@gluon.jit
+def _store_chunk(ptr, row_off, c: gl.constexpr, acc, scale, rows_ok):
+    """Row-scaled output chunk c to `ptr + row_off[row] + column` (converted to the pointer's dtype)."""
+    layout: gl.constexpr = _mma()
+    cols = c * CHUNK + gl.arange(0, CHUNK, gl.SliceLayout(0, layout))
+    gl.store(ptr + row_off[:, None] + cols[None, :], (acc * scale[:, None]).to(ptr.dtype.element_ty),
+             mask=rows_ok[:, None])
+
+
+# no recompile when a size becomes 1 or changes its divisibility by 16 (a multi-second compile in the middle of
+# serving, or inside a CUDA-graph capture)
+@gluon.jit(do_not_specialize=["batch", "num_heads", "num_splits", "layer_idx", "page_size", "pool_rows", "topk"])
+def _mla_sparse_decode_ring_kernel(
+    q_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, offsets_ptr, sink_ptr, idx_ptr, topk_len_ptr, blocks_ptr,
+    batch, num_heads, num_splits, layer_idx, qk_scale, page_size, pool_rows, topk,
+    stride_q_t, stride_q_h, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_t,
+    stride_po_h, stride_pl_s, stride_pl_t, stride_idx_t, stride_idx_k, stride_b_b, stride_b_l, stride_b_s,
+    HAS_SINK: gl.constexpr, SPLIT: gl.constexpr, NUM_SLOTS: gl.constexpr,
+):
+    """Program (token, split): the token's rows against the split's share of its index blocks."""
+    layout: gl.constexpr = _mma()
+    dtype: gl.constexpr = q_ptr.dtype.element_ty
+    tok = gl.program_id(0)
+    split = gl.program_id(1)
+
+    lat_s = gl.allocate_shared_memory(dtype, [NUM_SLOTS, BLOCK_N, D_LAT], _smem())
+    rope_s = gl.allocate_shared_memory(dtype, [NUM_SLOTS, BLOCK_N, D_ROPE], _smem())
+    q_s = gl.allocate_shared_memory(dtype, [BLOCK_M, D_LAT], _smem())
+    qr_s = gl.allocate_shared_memory(dtype, [BLOCK_M, D_ROPE], _smem())
+
+    b = _sequence_of(offsets_ptr, tok, batch)
+    count = gl.minimum(gl.load(topk_len_ptr + b), topk)
+    num_blocks = gl.cdiv(count, BLOCK_N)
+    lo = split * num_blocks // num_splits
+    hi = (split + 1) * num_blocks // num_splits
+    idx_row = idx_ptr + tok.to(gl.int64) * stride_idx_t
+    layer_off = layer_idx.to(gl.int64) * stride_b_l
+
+    # the first NUM_SLOTS - 1 blocks (a block past hi copies nothing; its group still counts)
+    for i in gl.static_range(NUM_SLOTS - 1):
+        il, ol, ir, orr = _copy_indices(idx_row, stride_idx_k, lo + i, gl.where(lo + i < hi, count, 0), pool_rows)
+        _issue(lat_s, rope_s, i, il, ol, ir, orr, blocks_ptr, page_size, layer_off, stride_b_b, stride_b_s)
+
+    # q (rows past num_heads are zeros), while the first copies fly
+    q_layout: gl.constexpr = _lat_copy()
+    rows_q = gl.arange(0, BLOCK_M, gl.SliceLayout(1, q_layout))
+    q_row = tok.to(gl.int64) * stride_q_t + rows_q.to(gl.int64) * stride_q_h
+    q_s.store(gl.load(q_ptr + q_row[:, None] + gl.arange(0, D_LAT, gl.SliceLayout(0, q_layout))[None, :],
+                      mask=(rows_q < num_heads)[:, None], other=0.0))
+    r_layout: gl.constexpr = _rope_copy()
+    rows_r = gl.arange(0, BLOCK_M, gl.SliceLayout(1, r_layout))
+    qr_row = tok.to(gl.int64) * stride_q_t + rows_r.to(gl.int64) * stride_q_h + D_LAT
+    qr_s.store(gl.load(q_ptr + qr_row[:, None] + gl.arange(0, D_ROPE, gl.SliceLayout(0, r_layout))[None, :],
+                       mask=(rows_r < num_heads)[:, None], other=0.0))
+    gl.thread_barrier()
+    q_rope = qr_s.load(gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2))
+
+    il, ol, ir, orr = _copy_indices(idx_row, stride_idx_k, lo + NUM_SLOTS - 1,
+                                    gl.where(lo + NUM_SLOTS - 1 < hi, count, 0), pool_rows)
+    _, s_ok = _block_rows(idx_row, stride_idx_k, lo, count, pool_rows, gl.SliceLayout(0, layout))
+
+    acc0 = gl.zeros([BLOCK_M, CHUNK], gl.float32, layout)
+    acc1 = gl.zeros([BLOCK_M, CHUNK], gl.float32, layout)
+    acc2 = gl.zeros([BLOCK_M, CHUNK], gl.float32, layout)
+    acc3 = gl.zeros([BLOCK_M, CHUNK], gl.float32, layout)
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, layout))
+    l_cols = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout)
+    p_op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2)
+    for j in range(lo, hi):
+        slot = (j - lo) % NUM_SLOTS
+        async_copy.wait_group(NUM_SLOTS - 2)
+        gl.thread_barrier()
+        _issue(lat_s, rope_s, (slot + NUM_SLOTS - 1) % NUM_SLOTS, il, ol, ir, orr, blocks_ptr, page_size, layer_off,
+               stride_b_b, stride_b_s)
+        nxt = j + NUM_SLOTS
+        il, ol, ir, orr = _copy_indices(idx_row, stride_idx_k, nxt, gl.where(nxt < hi, count, 0), pool_rows)
+        _, s_ok_next = _block_rows(idx_row, stride_idx_k, j + 1, gl.where(j + 1 < hi, count, 0), pool_rows,
+                                   gl.SliceLayout(0, layout))
+
+        lat = lat_s.index(slot)
+        s = _logits(q_s, q_rope, lat, rope_s.index(slot), s_ok, qk_scale)
+        m_new = gl.maximum(m_i, gl.max(s, axis=1))
+        # rows that have seen no key yet keep m = -inf; shift them by 0 so exp2 gives 0, not NaN
+        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = gl.exp2(m_i - m_safe)
+        p = gl.exp2(s - m_safe[:, None])
+        l_cols = l_cols * alpha[:, None] + p
+        m_i = m_new
+        p_op = gl.convert_layout(p.to(dtype), p_op_layout)
+        acc0 = _pv(p_op, lat, 0, acc0, alpha)
+        acc1 = _pv(p_op, lat, 1, acc1, alpha)
+        acc2 = _pv(p_op, lat, 2, acc2, alpha)
+        acc3 = _pv(p_op, lat, 3, acc3, alpha)
+        s_ok = s_ok_next
+    async_copy.wait_group(0)
+
+    l_i = gl.sum(l_cols, axis=1)
+    has = l_i > 0
+    lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) * LN2, float("-inf"))
+    rows = gl.arange(0, BLOCK_M, gl.SliceLayout(1, layout))
+    rows_ok = rows < num_heads
+    if SPLIT:
+        inv = gl.where(has, 1.0 / gl.where(has, l_i, 1.0), 0.0)
+        row_off = split.to(gl.int64) * stride_po_s + tok.to(gl.int64) * stride_po_t + rows.to(gl.int64) * stride_po_h
+        _store_chunk(part_out_ptr, row_off, 0, acc0, inv, rows_ok)
+        _store_chunk(part_out_ptr, row_off, 1, acc1, inv, rows_ok)
+        _store_chunk(part_out_ptr, row_off, 2, acc2, inv, rows_ok)
+        _store_chunk(part_out_ptr, row_off, 3, acc3, inv, rows_ok)
+        gl.store(part_lse_ptr + split.to(gl.int64) * stride_pl_s + tok.to(gl.int64) * stride_pl_t + rows, lse,
+                 mask=rows_ok)
+    else:
+        denom = l_i
+        if HAS_SINK:
+            # the sink joins the denominator only; a +inf sink gives 0
+            sink = gl.load(sink_ptr + rows, mask=rows_ok, other=float("-inf")) * LOG2E
+            denom += gl.exp2(sink - gl.where(has, m_i, 0.0))
+        inv = gl.where(has, 1.0 / gl.where(has, denom, 1.0), 0.0)
+        row_off = tok.to(gl.int64) * stride_o_t + rows.to(gl.int64) * stride_o_h
+        _store_chunk(out_ptr, row_off, 0, acc0, inv, rows_ok)
+        _store_chunk(out_ptr, row_off, 1, acc1, inv, rows_ok)
+        _store_chunk(out_ptr, row_off, 2, acc2, inv, rows_ok)
+        _store_chunk(out_ptr, row_off, 3, acc3, inv, rows_ok)
+        gl.store(lse_ptr + tok.to(gl.int64) * stride_lse_t + rows.to(gl.int64) * stride_lse_h, lse, mask=rows_ok)
