@@ -150,7 +150,7 @@ SWEEP_16 = [_cfg(16, 32, 2, 4, 3), _cfg(16, 32, 2, 4, 3, (8, 128)), _cfg(16, 32,
             _cfg(16, 32, 2, 8, 4), _cfg(16, 64, 4, 8, 2)]
 # the Gluon ring kernel (`ring_config`): ring depths and splits
 SWEEP_16 += [replace(ring_config(num_groups=1, topk=2048, num_sms=132, slots=s), num_splits=n)
-             for s, n in ((5, 1), (4, 1), (3, 1), (5, 2), (2, 2), (2, 4))]
+             for s, n in ((5, 1), (4, 1), (3, 1), (3, 2), (5, 2), (2, 2), (2, 4))]
 SWEEP_32 = [_cfg(32, 64, 4, 8, 2), _cfg(32, 32, 4, 8, 3), _cfg(32, 32, 2, 4, 3)]
 SWEEP_64_FP8 = [_cfg(64, 64, 1, 8, 3), _cfg(64, 64, 1, 8, 2), _cfg(64, 64, 1, 8, 3), _cfg(64, 32, 1, 8, 3)]
 

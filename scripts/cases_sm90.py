@@ -300,7 +300,7 @@ def sparse_ring(slots: int, dtype: str = "bf16", sink: bool = True, split: bool 
     types = {n: f"*{dtype}" for n in ("q_ptr", "out_ptr", "blocks_ptr")}
     types.update({n: "*fp32" for n in ("lse_ptr", "part_out_ptr", "part_lse_ptr", "sink_ptr")})
     types.update({n: "*i32" for n in ("offsets_ptr", "idx_ptr", "topk_len_ptr")})
-    const = dict(HAS_SINK=sink, SPLIT=split, NUM_SLOTS=slots)
+    const = dict(PAGE_SIZE=64, HAS_SINK=sink, SPLIT=split, NUM_SLOTS=slots)
     return _mla_sparse_decode_ring_kernel, types, const, 4, 1
 
 

@@ -83,37 +83,57 @@ def _sequence_of(offsets_ptr, tok, batch):
     return b
 
 
+@gluon.constexpr_function
+def _idx_copy():
+    """Copies of a block's 32 index entries (4 bytes each; the four warps copy the same entries)."""
+    return gl.BlockedLayout([1], [32], [4], [0])
+
+
 @gluon.jit
-def _block_rows(idx_row, stride_idx_k, block, count, pool_rows, layout: gl.constexpr):
-    """(cache row of each key of index block `block`, whether it is a key) in `layout` (1-D): -1, out-of-pool
-    entries and columns at or past `count` are no key (row 0, never read)."""
-    keys = block * BLOCK_N + gl.arange(0, BLOCK_N, layout)
-    idx = gl.load(idx_row + keys.to(gl.int64) * stride_idx_k, mask=keys < count, other=-1)
-    ok = (idx >= 0) & (idx < pool_rows)
+def _rows(idx, keys, count, pool_rows):
+    """(cache row of each key, whether it is a key): -1, out-of-pool entries and keys at or past `count` are no
+    key (row 0, never read)."""
+    ok = (keys < count) & (idx >= 0) & (idx < pool_rows)
     return gl.where(ok, idx, 0), ok
 
 
 @gluon.jit
-def _copy_indices(idx_row, stride_idx_k, block, count, pool_rows):
-    """A block's rows in the two copy layouts."""
-    il, ol = _block_rows(idx_row, stride_idx_k, block, count, pool_rows, gl.SliceLayout(1, _lat_copy()))
-    ir, orr = _block_rows(idx_row, stride_idx_k, block, count, pool_rows, gl.SliceLayout(1, _rope_copy()))
-    return il, ol, ir, orr
+def _load_rows(idx_row, stride_idx_k, block, count, pool_rows, layout: gl.constexpr):
+    """Index block `block`'s rows loaded from memory in `layout` (1-D): the prologue's blocks."""
+    keys = block * BLOCK_N + gl.arange(0, BLOCK_N, layout)
+    idx = gl.load(idx_row + keys.to(gl.int64) * stride_idx_k, mask=keys < count, other=-1)
+    return _rows(idx, keys, count, pool_rows)
 
 
 @gluon.jit
-def _issue(lat_s, rope_s, slot, il, ol, ir, orr, blocks_ptr, page_size, layer_off, stride_b, stride_s):
-    """Asynchronous copies of a block's rows into ring slot `slot` (zeros for rows that are no key), as one
-    copy group."""
+def _ring_rows(idx_s, block, count, pool_rows, NUM_IDX: gl.constexpr, layout: gl.constexpr):
+    """Index block `block`'s rows from its slot of the index ring, in `layout` (1-D)."""
+    keys = block * BLOCK_N + gl.arange(0, BLOCK_N, layout)
+    return _rows(idx_s.index(block % NUM_IDX).load(layout), keys, count, pool_rows)
+
+
+@gluon.jit
+def _copy_index_block(idx_s, idx_row, stride_idx_k, block, count, NUM_IDX: gl.constexpr):
+    """Asynchronous copy of index block `block` into its slot of the index ring (entries at or past `count`
+    are not read)."""
+    keys = block * BLOCK_N + gl.arange(0, BLOCK_N, _idx_copy())
+    async_copy.async_copy_global_to_shared(idx_s.index(block % NUM_IDX), idx_row + keys.to(gl.int64) * stride_idx_k,
+                                           mask=keys < count)
+
+
+@gluon.jit
+def _issue_rows(lat_s, rope_s, slot, il, ol, ir, orr, blocks_ptr, layer_off, stride_b, stride_s,
+                PAGE_SIZE: gl.constexpr):
+    """Asynchronous copies of a block's rows (`il` / `ir`: rows in the two copy layouts, `ol` / `orr`: whether
+    each is a key) into ring slot `slot`; zeros for rows that are no key."""
     cols = gl.arange(0, D_LAT, gl.SliceLayout(0, _lat_copy()))
-    off = (il // page_size).to(gl.int64) * stride_b + layer_off + (il % page_size).to(gl.int64) * stride_s
+    off = (il // PAGE_SIZE).to(gl.int64) * stride_b + layer_off + (il % PAGE_SIZE).to(gl.int64) * stride_s
     async_copy.async_copy_global_to_shared(lat_s.index(slot), blocks_ptr + off[:, None] + cols[None, :],
                                            mask=ol[:, None])
     rcols = gl.arange(0, D_ROPE, gl.SliceLayout(0, _rope_copy()))
-    off = (ir // page_size).to(gl.int64) * stride_b + layer_off + (ir % page_size).to(gl.int64) * stride_s
+    off = (ir // PAGE_SIZE).to(gl.int64) * stride_b + layer_off + (ir % PAGE_SIZE).to(gl.int64) * stride_s
     async_copy.async_copy_global_to_shared(rope_s.index(slot), blocks_ptr + off[:, None] + D_LAT + rcols[None, :],
                                            mask=orr[:, None])
-    async_copy.commit_group()
 
 
 @gluon.jit
@@ -148,18 +168,29 @@ def _store_chunk(ptr, row_off, c: gl.constexpr, acc, scale, rows_ok):
 
 
 # no recompile when a size becomes 1 or changes its divisibility by 16 (a multi-second compile in the middle of
-# serving, or inside a CUDA-graph capture)
-@gluon.jit(do_not_specialize=["batch", "num_heads", "num_splits", "layer_idx", "page_size", "pool_rows", "topk"])
+# serving, or inside a CUDA-graph capture); the page size is a compile-time constant (fixed per cache), so that
+# a row id splits into page and slot with shifts
+@gluon.jit(do_not_specialize=["batch", "num_heads", "num_splits", "layer_idx", "pool_rows", "topk"])
 def _mla_sparse_decode_ring_kernel(
     q_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, offsets_ptr, sink_ptr, idx_ptr, topk_len_ptr, blocks_ptr,
-    batch, num_heads, num_splits, layer_idx, qk_scale, page_size, pool_rows, topk,
+    batch, num_heads, num_splits, layer_idx, qk_scale, pool_rows, topk,
     stride_q_t, stride_q_h, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_t,
     stride_po_h, stride_pl_s, stride_pl_t, stride_idx_t, stride_idx_k, stride_b_b, stride_b_l, stride_b_s,
-    HAS_SINK: gl.constexpr, SPLIT: gl.constexpr, NUM_SLOTS: gl.constexpr,
+    PAGE_SIZE: gl.constexpr, HAS_SINK: gl.constexpr, SPLIT: gl.constexpr, NUM_SLOTS: gl.constexpr,
 ):
-    """Program (token, split): the token's rows against the split's share of its index blocks."""
+    """Program (token, split): the token's rows against the split's share of its index blocks.
+
+    Copy groups: group t (t < NUM_SLOTS - 1: the prologue's; else issued in iteration t - NUM_SLOTS + 1) holds
+    the rows of block lo + t and the index entries of block lo + t + NUM_SLOTS - 1, so once iteration t has
+    waited for group t, both block lo + t's rows and the indices of the block whose rows it issues next are
+    in shared memory: no global load sits on the loop's critical path. The index ring keeps 2 * NUM_SLOTS
+    blocks' entries (those from the block being computed to the last one copied)."""
     layout: gl.constexpr = _mma()
     dtype: gl.constexpr = q_ptr.dtype.element_ty
+    NUM_IDX: gl.constexpr = 2 * NUM_SLOTS
+    lat_l: gl.constexpr = gl.SliceLayout(1, _lat_copy())
+    rope_l: gl.constexpr = gl.SliceLayout(1, _rope_copy())
+    key_l: gl.constexpr = gl.SliceLayout(0, layout)
     tok = gl.program_id(0)
     split = gl.program_id(1)
 
@@ -167,6 +198,7 @@ def _mla_sparse_decode_ring_kernel(
     rope_s = gl.allocate_shared_memory(dtype, [NUM_SLOTS, BLOCK_N, D_ROPE], _smem())
     q_s = gl.allocate_shared_memory(dtype, [BLOCK_M, D_LAT], _smem())
     qr_s = gl.allocate_shared_memory(dtype, [BLOCK_M, D_ROPE], _smem())
+    idx_s = gl.allocate_shared_memory(gl.int32, [NUM_IDX, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
 
     b = _sequence_of(offsets_ptr, tok, batch)
     count = gl.minimum(gl.load(topk_len_ptr + b), topk)
@@ -176,10 +208,16 @@ def _mla_sparse_decode_ring_kernel(
     idx_row = idx_ptr + tok.to(gl.int64) * stride_idx_t
     layer_off = layer_idx.to(gl.int64) * stride_b_l
 
-    # the first NUM_SLOTS - 1 blocks (a block past hi copies nothing; its group still counts)
+    # the prologue's groups (a block past hi copies nothing; its group still counts)
     for i in gl.static_range(NUM_SLOTS - 1):
-        il, ol, ir, orr = _copy_indices(idx_row, stride_idx_k, lo + i, gl.where(lo + i < hi, count, 0), pool_rows)
-        _issue(lat_s, rope_s, i, il, ol, ir, orr, blocks_ptr, page_size, layer_off, stride_b_b, stride_b_s)
+        n_i = gl.where(lo + i < hi, count, 0)
+        il, ol = _load_rows(idx_row, stride_idx_k, lo + i, n_i, pool_rows, lat_l)
+        ir, orr = _load_rows(idx_row, stride_idx_k, lo + i, n_i, pool_rows, rope_l)
+        _issue_rows(lat_s, rope_s, i, il, ol, ir, orr, blocks_ptr, layer_off, stride_b_b, stride_b_s, PAGE_SIZE)
+        _copy_index_block(idx_s, idx_row, stride_idx_k, lo + i, n_i, NUM_IDX)
+        ahead = lo + i + NUM_SLOTS - 1
+        _copy_index_block(idx_s, idx_row, stride_idx_k, ahead, gl.where(ahead < hi, count, 0), NUM_IDX)
+        async_copy.commit_group()
 
     # q (rows past num_heads are zeros), while the first copies fly
     q_layout: gl.constexpr = _lat_copy()
@@ -195,10 +233,6 @@ def _mla_sparse_decode_ring_kernel(
     gl.thread_barrier()
     q_rope = qr_s.load(gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2))
 
-    il, ol, ir, orr = _copy_indices(idx_row, stride_idx_k, lo + NUM_SLOTS - 1,
-                                    gl.where(lo + NUM_SLOTS - 1 < hi, count, 0), pool_rows)
-    _, s_ok = _block_rows(idx_row, stride_idx_k, lo, count, pool_rows, gl.SliceLayout(0, layout))
-
     acc0 = gl.zeros([BLOCK_M, CHUNK], gl.float32, layout)
     acc1 = gl.zeros([BLOCK_M, CHUNK], gl.float32, layout)
     acc2 = gl.zeros([BLOCK_M, CHUNK], gl.float32, layout)
@@ -207,16 +241,21 @@ def _mla_sparse_decode_ring_kernel(
     l_cols = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout)
     p_op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2)
     for j in range(lo, hi):
-        slot = (j - lo) % NUM_SLOTS
         async_copy.wait_group(NUM_SLOTS - 2)
         gl.thread_barrier()
-        _issue(lat_s, rope_s, (slot + NUM_SLOTS - 1) % NUM_SLOTS, il, ol, ir, orr, blocks_ptr, page_size, layer_off,
-               stride_b_b, stride_b_s)
-        nxt = j + NUM_SLOTS
-        il, ol, ir, orr = _copy_indices(idx_row, stride_idx_k, nxt, gl.where(nxt < hi, count, 0), pool_rows)
-        _, s_ok_next = _block_rows(idx_row, stride_idx_k, j + 1, gl.where(j + 1 < hi, count, 0), pool_rows,
-                                   gl.SliceLayout(0, layout))
+        # block j + NUM_SLOTS - 1's rows into the slot block j - 1 used, and the entries of the block after
+        nxt = j + NUM_SLOTS - 1
+        n_nxt = gl.where(nxt < hi, count, 0)
+        il, ol = _ring_rows(idx_s, nxt, n_nxt, pool_rows, NUM_IDX, lat_l)
+        ir, orr = _ring_rows(idx_s, nxt, n_nxt, pool_rows, NUM_IDX, rope_l)
+        _issue_rows(lat_s, rope_s, (j - lo + NUM_SLOTS - 1) % NUM_SLOTS, il, ol, ir, orr, blocks_ptr, layer_off,
+                    stride_b_b, stride_b_s, PAGE_SIZE)
+        ahead = nxt + NUM_SLOTS - 1
+        _copy_index_block(idx_s, idx_row, stride_idx_k, ahead, gl.where(ahead < hi, count, 0), NUM_IDX)
+        async_copy.commit_group()
 
+        _, s_ok = _ring_rows(idx_s, j, count, pool_rows, NUM_IDX, key_l)
+        slot = (j - lo) % NUM_SLOTS
         lat = lat_s.index(slot)
         s = _logits(q_s, q_rope, lat, rope_s.index(slot), s_ok, qk_scale)
         m_new = gl.maximum(m_i, gl.max(s, axis=1))
@@ -231,7 +270,6 @@ def _mla_sparse_decode_ring_kernel(
         acc1 = _pv(p_op, lat, 1, acc1, alpha)
         acc2 = _pv(p_op, lat, 2, acc2, alpha)
         acc3 = _pv(p_op, lat, 3, acc3, alpha)
-        s_ok = s_ok_next
     async_copy.wait_group(0)
 
     l_i = gl.sum(l_cols, axis=1)

@@ -88,11 +88,11 @@ def _launch_ring(q, out, lse, part_out, part_lse, offsets, sink, indices, topk_l
     page_size = blocks.shape[3]
     _mla_sparse_decode_ring_kernel[(q.shape[0], splits)](
         q, out, lse, part_out, part_lse, offsets, sink, indices, topk_lengths, blocks,
-        topk_lengths.shape[0], q.shape[1], splits, layer_idx, scale * _LOG2E, page_size,
+        topk_lengths.shape[0], q.shape[1], splits, layer_idx, scale * _LOG2E,
         min(blocks.shape[0] * page_size, 2**31 - 1), indices.shape[1],
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), *part_strides,
         indices.stride(0), indices.stride(1), blocks.stride(0), blocks.stride(2), blocks.stride(3),
-        HAS_SINK=has_sink, SPLIT=splits > 1, NUM_SLOTS=slots, num_warps=4)
+        PAGE_SIZE=page_size, HAS_SINK=has_sink, SPLIT=splits > 1, NUM_SLOTS=slots, num_warps=4)
 
 
 def _split_count(num_partitions: int, default: int) -> int:
