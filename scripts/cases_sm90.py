@@ -305,4 +305,4 @@ def sparse_ring(slots: int, dtype: str = "bf16", sink: bool = True, split: bool 
 
 
 CASES.update({f"sparse-ring-s{s}": partial(sparse_ring, s) for s in (2, 3, 4, 5)})
-CASES.update({"sparse-ring-s5-fp16-whole": partial(sparse_ring, 5, "fp16", False, False)})
+CASES.update({"sparse-ring-s2-fp16-whole": partial(sparse_ring, 2, "fp16", False, False)})

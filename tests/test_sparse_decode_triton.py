@@ -580,15 +580,71 @@ def test_sparse_ring_dispatch_rules(monkeypatch):
 
 
 def test_sparse_ring_heuristic():
-    """`ring=True` picks the ring kernel for groups of up to 16 rows only, one program per SM: the index rows are
-    split only when they alone leave SMs idle, and never below 4 blocks per split."""
-    from pagedmla.configs.sparse_decode import RING_SLOTS, heuristic
+    """`ring=True` picks the ring kernel for groups of up to 16 rows only, two programs per SM at its default 2
+    slots (one from 3 on): index rows are split only when the groups alone leave program slots idle, and never
+    below 4 blocks per split."""
+    from pagedmla.configs.sparse_decode import RING_SLOTS, heuristic, ring_config
 
     kw = dict(topk=2048, q_dtype=torch.bfloat16, cache_dtype=torch.bfloat16, compute_dtype=torch.bfloat16,
               num_sms=132, ring=True)
     cfg = heuristic(rows_per_group=16, num_groups=128, **kw)
-    assert (cfg.ring_slots, cfg.num_splits, cfg.block_m) == (RING_SLOTS, 1, 16)
-    assert heuristic(rows_per_group=16, num_groups=64, **kw).num_splits == 2
+    assert (cfg.ring_slots, cfg.num_splits, cfg.block_m) == (RING_SLOTS, 2, 16) and RING_SLOTS == 2
+    assert heuristic(rows_per_group=16, num_groups=256, **kw).num_splits == 1
     assert heuristic(rows_per_group=8, num_groups=1, **kw).num_splits == 16  # 64 blocks, 4 per split
+    assert ring_config(num_groups=128, topk=2048, num_sms=132, slots=3).num_splits == 1
     assert heuristic(rows_per_group=32, num_groups=64, **kw).ring_slots == 0
     assert heuristic(rows_per_group=16, num_groups=128, **{**kw, "ring": False}).ring_slots == 0
+
+
+@pytest.mark.gpu
+def test_gpu_sparse_ring_cuda_graph_replay(call_counter):
+    """A captured 16-head sparse decode (ring kernel, split index rows and their combine) replays with new queries,
+    indices, top-k lengths and cache contents, matching the reference each time."""
+    from pagedmla.ops import _triton_sparse_decode
+
+    dev = torch.device("cuda")
+    steps = [([900, 400], [1, 2], [700, 300]), ([300, 1200], [2, 1], [256, 1100]), ([64, 64], [1, 2], [0, 64])]
+    rows, heads, topk = 3, 16, 1200
+    gen = torch.Generator().manual_seed(9)
+    first = make_paged_batch(steps[0][0], steps[0][1], head_size=576, page_size=64, seed=9, spare_blocks=30,
+                             dtype=torch.bfloat16)
+    kv = first.kv.replace(blocks=first.kv.blocks.to(dev), cache_lengths=first.kv.cache_lengths.to(dev),
+                          lookup_table=first.kv.lookup_table.to(dev))
+    offsets = first.input_row_offsets.to(dev)
+    q = torch.zeros(rows, heads, 576, dtype=torch.bfloat16, device=dev)
+    idx = torch.full((rows, topk), -1, dtype=I32, device=dev)
+    lengths = torch.zeros(2, dtype=I32, device=dev)
+    out = torch.empty(rows, heads, 512, dtype=torch.bfloat16, device=dev)
+    call = {"mask": "null", "indices": idx, "topk_lengths": lengths, "output": out, "qk_rope_head_dim": 64,
+            "return_lse": True, "backend": "triton"}
+    launches = call_counter(_triton_sparse_decode, "_launch_ring")
+    pm.mla_decode_kv_cache_ragged(q, offsets, kv, 0, 0.1, **call)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _, lse = pm.mla_decode_kv_cache_ragged(q, offsets, kv, 0, 0.1, **call)
+    for i, (cache, new, lens) in enumerate(steps):
+        pb = make_paged_batch(cache, new, head_size=576, page_size=64, seed=10 + i, spare_blocks=2,
+                              dtype=torch.bfloat16)
+        assert pb.kv.blocks.shape[0] <= kv.blocks.shape[0]
+        kv.blocks.fill_(float("nan"))
+        kv.blocks[: pb.kv.blocks.shape[0]].copy_(pb.kv.blocks)
+        offsets.copy_(pb.input_row_offsets)
+        step_idx = _index_rows(pb, topk, lens, gen)
+        idx.copy_(step_idx)
+        lengths.copy_(torch.tensor(lens, dtype=I32))
+        q_step = torch.randn(rows, heads, 576, generator=gen).bfloat16()
+        q.copy_(q_step)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        kw = {"mask": "null", "indices": step_idx, "topk_lengths": torch.tensor(lens, dtype=I32), "q_scale": None,
+              "per_token_scale_rope_aware": False, "qk_rope_head_dim": 64}
+        want, want_lse = _reference32(q_step, pb.input_row_offsets, pb.kv, 0, 0.1, kw)
+        low, low_lse = _lowprec(q_step, None, pb.kv, 0, step_idx, lens, {"offsets": pb.input_row_offsets.tolist()},
+                                0.1, None, 512, False, 64)
+        eps = _bf16_eps(want, [pb.kv], False, 64)
+        assert_close_to_reference(out.float().cpu(), want, _envelope(low, want, -1), eps=eps, name=f"step {i}")
+        assert_close_to_reference(lse.cpu(), want_lse, _envelope(low_lse, want_lse, -1), eps=1e-4,
+                                  name=f"lse step {i}")
+    assert launches[0] == 2  # the warm-up call and the capture; replays launch nothing from the host

@@ -72,13 +72,16 @@ def splits_for(*, programs: int, index_blocks: int, block_m: int, num_sms: int) 
     return max(1, min(target // max(1, programs), index_blocks // 4, 64))
 
 
-# ring slots of the Gluon 16-row kernel: 5 x 36 KB of keys and q's 18 KB take 203 KB, one program per SM
-RING_SLOTS = 5
+# ring slots of the Gluon 16-row kernel. benchmarks/sparse_probe.py, H200, 16 heads, B64, 2 query tokens, topk
+# 2048, bf16 (benchmarks/results/session-11/sparse-ring-92f1113.txt): 2 slots at two programs per SM (92 KB each)
+# 84.0 us; one program per SM with 3 / 4 / 5 slots 89.0 / 90.1 / 91.5 us; the Triton kernel 114.2 us
+RING_SLOTS = 2
 
 
 def ring_config(*, num_groups: int, topk: int, num_sms: int, slots: int = RING_SLOTS) -> SparseDecodeConfig:
-    """The Gluon ring kernel's config: one program per SM (two from 2 slots down, which fit twice), and a group's
-    index blocks split when the groups alone would leave SMs idle (each split keeps >= 4 blocks)."""
+    """The Gluon ring kernel's config: two programs per SM at 2 slots (92 KB of shared memory each), one from 3
+    slots on (129 KB and more), and a group's index blocks split when the groups alone would leave program
+    slots idle (each split keeps >= 4 blocks)."""
     per_sm = 2 if slots <= 2 else 1
     splits = max(1, min(per_sm * num_sms // max(1, num_groups), -(-topk // 32) // 4, 64))
     return SparseDecodeConfig(block_m=16, block_n=32, num_splits=splits, num_warps=4, num_stages=1,

@@ -1,20 +1,22 @@
 """Sparse (top-k) MLA decode for groups of up to 16 rows (16 heads or fewer, one query token), in Gluon: the
-key rows are gathered into a ring of shared-memory slots several blocks ahead of the math.
+key rows are gathered into a ring of shared-memory slots ahead of the math, with no load from memory on the
+loop's critical path.
 
 Why. The Triton sparse kernel (`pagedmla.kernels.mla_sparse_decode`) leaves its gathers to the compiler's
-pipeliner, which issues a block's copies right after the load of that block's indices: at 16 heads about one
-block per program is in flight, and the memory system is left waiting (63% of the copy ceiling at the 16-head
-V3.2 shape; benchmarks/gather_probe.py showed random 1152-byte rows are read at 4 TB/s when enough of them are
-in flight). Here the program issues the asynchronous copies (`cp.async`, no registers held) itself.
+pipeliner, which issues a block's copies right after the load of that block's indices, so each block's
+gathers wait on a global load and few bytes are in flight (63% of the copy ceiling at the 16-head V3.2 shape;
+benchmarks/gather_probe.py reads the same random 1152-byte rows at 4 TB/s when enough are in flight). Here the
+program issues the asynchronous copies (`cp.async`, no registers held) itself, and the index entries travel
+the same way, one ring depth ahead of the rows they name. A first version that loaded each block's indices
+into registers an iteration ahead ran at one block per index-load latency: 170 us against 91.5 with the index
+ring (5 slots, H200, B64, 2 query tokens, topk 2048; benchmarks/results/session-11/).
 
 Work decomposition (as the Triton kernel's, without `fold_shared_index`): program (token, split) owns the token's
 `num_heads` rows (padded to 16) and the split's share of the token's 32-key index blocks. The ring has NUM_SLOTS
-slots of one block each (latent `[32, 512]` and rope `[32, 64]` tiles):
-- before the loop the first NUM_SLOTS - 1 blocks are issued, one copy group per block;
-- iteration j waits until block j's group has landed (`wait_group(NUM_SLOTS - 2)`), passes a barrier (every
-  thread's copies are then visible, and every warp is done with block j - 1), refills block j - 1's slot with
-  block j + NUM_SLOTS - 1, loads the indices of the block after that, and then computes block j;
-- index entries that are -1, outside the pool or past `topk_lengths[b]` copy as zero rows and are masked in S.
+slots of one block each (latent `[32, 512]` and rope `[32, 64]` tiles); at 2 slots a program takes 92 KB of
+shared memory and two share an SM. Copy group t holds block lo + t's rows and the index entries of block
+lo + t + NUM_SLOTS - 1 (the kernel's docstring has the schedule). Entries that are -1, outside the pool or past
+`topk_lengths[b]` copy as zero rows and are masked in S.
 
 Math (4 warps, `mma.sync` 16x8x16; each warp owns 8 keys of S and 128 output columns): the logits are five
 independent MMA chains (four 128-column latent chunks and the rope part, summed afterwards) instead of one chain
