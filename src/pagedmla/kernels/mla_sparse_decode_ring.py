@@ -179,7 +179,6 @@ def _mla_sparse_decode_ring_kernel(
     stride_q_t, stride_q_h, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_t,
     stride_po_h, stride_pl_s, stride_pl_t, stride_idx_t, stride_idx_k, stride_b_b, stride_b_l, stride_b_s,
     PAGE_SIZE: gl.constexpr, HAS_SINK: gl.constexpr, SPLIT: gl.constexpr, NUM_SLOTS: gl.constexpr,
-    DIAG: gl.constexpr = 0,
 ):
     """Program (token, split): the token's rows against the split's share of its index blocks.
 
@@ -251,32 +250,28 @@ def _mla_sparse_decode_ring_kernel(
         n_nxt = gl.where(nxt < hi, count, 0)
         il, ol = _ring_rows(idx_s, nxt, n_nxt, pool_rows, NUM_IDX, lat_l)
         ir, orr = _ring_rows(idx_s, nxt, n_nxt, pool_rows, NUM_IDX, rope_l)
-        if DIAG == 1 or DIAG == 3:
-            ol = ol & (il < 0)
-            orr = orr & (ir < 0)
         _issue_rows(lat_s, rope_s, (j - lo + NUM_SLOTS - 1) % NUM_SLOTS, il, ol, ir, orr, blocks_ptr, layer_off,
                     stride_b_b, stride_b_s, PAGE_SIZE)
         ahead = nxt + NUM_SLOTS - 1
         _copy_index_block(idx_s, idx_row, stride_idx_k, ahead, gl.where(ahead < hi, count, 0), NUM_IDX)
         async_copy.commit_group()
 
-        if DIAG < 2:
-            _, s_ok = _ring_rows(idx_s, j, count, pool_rows, NUM_IDX, key_l)
-            slot = (j - lo) % NUM_SLOTS
-            lat = lat_s.index(slot)
-            s = _logits(q_s, q_rope, lat, rope_s.index(slot), s_ok, qk_scale)
-            m_new = gl.maximum(m_i, gl.max(s, axis=1))
-            # rows that have seen no key yet keep m = -inf; shift them by 0 so exp2 gives 0, not NaN
-            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = gl.exp2(m_i - m_safe)
-            p = gl.exp2(s - m_safe[:, None])
-            l_cols = l_cols * alpha[:, None] + p
-            m_i = m_new
-            p_op = gl.convert_layout(p.to(dtype), p_op_layout)
-            acc0 = _pv(p_op, lat, 0, acc0, alpha)
-            acc1 = _pv(p_op, lat, 1, acc1, alpha)
-            acc2 = _pv(p_op, lat, 2, acc2, alpha)
-            acc3 = _pv(p_op, lat, 3, acc3, alpha)
+        _, s_ok = _ring_rows(idx_s, j, count, pool_rows, NUM_IDX, key_l)
+        slot = (j - lo) % NUM_SLOTS
+        lat = lat_s.index(slot)
+        s = _logits(q_s, q_rope, lat, rope_s.index(slot), s_ok, qk_scale)
+        m_new = gl.maximum(m_i, gl.max(s, axis=1))
+        # rows that have seen no key yet keep m = -inf; shift them by 0 so exp2 gives 0, not NaN
+        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = gl.exp2(m_i - m_safe)
+        p = gl.exp2(s - m_safe[:, None])
+        l_cols = l_cols * alpha[:, None] + p
+        m_i = m_new
+        p_op = gl.convert_layout(p.to(dtype), p_op_layout)
+        acc0 = _pv(p_op, lat, 0, acc0, alpha)
+        acc1 = _pv(p_op, lat, 1, acc1, alpha)
+        acc2 = _pv(p_op, lat, 2, acc2, alpha)
+        acc3 = _pv(p_op, lat, 3, acc3, alpha)
     async_copy.wait_group(0)
 
     l_i = gl.sum(l_cols, axis=1)

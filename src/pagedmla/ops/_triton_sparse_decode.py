@@ -92,8 +92,7 @@ def _launch_ring(q, out, lse, part_out, part_lse, offsets, sink, indices, topk_l
         min(blocks.shape[0] * page_size, 2**31 - 1), indices.shape[1],
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), *part_strides,
         indices.stride(0), indices.stride(1), blocks.stride(0), blocks.stride(2), blocks.stride(3),
-        PAGE_SIZE=page_size, HAS_SINK=has_sink, SPLIT=splits > 1, NUM_SLOTS=slots, num_warps=4,
-        DIAG=int(__import__('os').environ.get('PAGEDMLA_RING_DIAG', '0')))
+        PAGE_SIZE=page_size, HAS_SINK=has_sink, SPLIT=splits > 1, NUM_SLOTS=slots, num_warps=4)
 
 
 def _split_count(num_partitions: int, default: int) -> int:
