@@ -151,6 +151,9 @@ SWEEP_16 = [_cfg(16, 32, 2, 4, 3), _cfg(16, 32, 2, 4, 3, (8, 128)), _cfg(16, 32,
 # the Gluon ring kernel (`ring_config`): ring depths and splits
 SWEEP_16 += [replace(ring_config(num_groups=1, topk=2048, num_sms=132, slots=s), num_splits=n)
              for s, n in ((5, 1), (4, 1), (3, 1), (3, 2), (5, 2), (2, 2), (2, 4))]
+# the rope-aware FP8 cache at 16 heads: the Triton kernel's 16-row tile, and the ring kernel at 2 and 3 slots
+SWEEP_16_FP8 = [_cfg(16, 32, 2, 4, 3)] + [replace(ring_config(num_groups=1, topk=2048, num_sms=132, slots=s),
+                                                 num_splits=n) for s, n in ((2, 2), (3, 2), (3, 1))]
 SWEEP_32 = [_cfg(32, 64, 4, 8, 2), _cfg(32, 32, 4, 8, 3), _cfg(32, 32, 2, 4, 3)]
 SWEEP_64_FP8 = [_cfg(64, 64, 1, 8, 3), _cfg(64, 64, 1, 8, 2), _cfg(64, 64, 1, 8, 3), _cfg(64, 32, 1, 8, 3)]
 
@@ -180,6 +183,7 @@ def main() -> None:
     specs = [("H128-rope-fp8kv-bf16q", {"heads": 128, "kind": "rope", "q_kind": "bf16", "fold": False}, SWEEP_64),
              ("H16-bf16kv", {"heads": 16, "kind": "bf16", "q_kind": "bf16", "fold": False}, SWEEP_16),
              ("H16-bf16kv-fold", {"heads": 16, "kind": "bf16", "q_kind": "bf16", "fold": True}, SWEEP_32),
+             ("H16-rope-fp8kv-bf16q", {"heads": 16, "kind": "rope", "q_kind": "bf16", "fold": False}, SWEEP_16_FP8),
              ("H128-fp8g64kv-bf16q", {"heads": 128, "kind": "fp8-g64", "q_kind": "bf16", "fold": False}, SWEEP_64_FP8),
              ("H128-rope-fp8kv-fp8q", {"heads": 128, "kind": "rope", "q_kind": "fp8", "fold": False}, SWEEP_64_FP8)]
     if args.cases:

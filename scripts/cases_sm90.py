@@ -295,14 +295,18 @@ CASES.update({"decode-ws": decode_ws})
 
 
 def sparse_ring(slots: int, dtype: str = "bf16", sink: bool = True, split: bool = True):
-    """The Gluon 16-row sparse decode (`kernels.mla_sparse_decode_ring`) with a ring of `slots` 32-key blocks."""
+    """The Gluon 16-row sparse decode (`kernels.mla_sparse_decode_ring`) with a ring of `slots` 32-key blocks:
+    a bf16/fp16 cache, or `dtype` "fp8" for the rope-aware FP8 row (bf16 q)."""
     from pagedmla.kernels.mla_sparse_decode_ring import _mla_sparse_decode_ring_kernel
-    types = {n: f"*{dtype}" for n in ("q_ptr", "out_ptr", "blocks_ptr")}
-    types.update({n: "*fp32" for n in ("lse_ptr", "part_out_ptr", "part_lse_ptr", "sink_ptr")})
+    fp8 = dtype == "fp8"
+    q_type = "*bf16" if fp8 else f"*{dtype}"
+    types = {"q_ptr": q_type, "out_ptr": q_type, "rope_ptr": q_type, "blocks_ptr": "*fp8e4nv" if fp8 else q_type}
+    types.update({n: "*fp32" for n in ("lse_ptr", "part_out_ptr", "part_lse_ptr", "sink_ptr", "scales_ptr")})
     types.update({n: "*i32" for n in ("offsets_ptr", "idx_ptr", "topk_len_ptr")})
-    const = dict(PAGE_SIZE=64, HAS_SINK=sink, SPLIT=split, NUM_SLOTS=slots)
+    const = dict(PAGE_SIZE=64, ROPE_OFF=256 if fp8 else 512, HAS_SINK=sink, SPLIT=split, NUM_SLOTS=slots)
     return _mla_sparse_decode_ring_kernel, types, const, 4, 1
 
 
 CASES.update({f"sparse-ring-s{s}": partial(sparse_ring, s) for s in (2, 3, 4, 5)})
-CASES.update({"sparse-ring-s2-fp16-whole": partial(sparse_ring, 2, "fp16", False, False)})
+CASES.update({"sparse-ring-s2-fp16-whole": partial(sparse_ring, 2, "fp16", False, False),
+              "sparse-ring-s2-fp8": partial(sparse_ring, 2, "fp8"), "sparse-ring-s3-fp8": partial(sparse_ring, 3, "fp8")})

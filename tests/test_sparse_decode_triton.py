@@ -449,39 +449,45 @@ def test_combine_tile_bounds_registers():
 # ---- the Gluon ring kernel (16 rows or fewer, bf16/fp16 cache; Hopper) ----
 
 def _ring_case(heads, dtype, *, cache, new, lengths, page_size=64, sink=False, config=None, seed=0):
-    """A sparse decode of `heads` heads on a `dtype` cache (NaN in every unused slot and spare block, index rows
-    with -1 holes, columns past `lengths` naming NaN rows and out-of-pool ids), run through the public op (or
-    the launcher with `config`) on the GPU and checked against the float32 reference."""
+    """A sparse decode of `heads` heads on a `dtype` cache ("fp8": the rope-aware FP8 row with a bf16 q; NaN in
+    every unused slot and spare block, index rows with -1 holes, columns past `lengths` naming NaN rows and
+    out-of-pool ids), run through the public op (or the launcher with `config`) on the GPU and checked against
+    the float32 reference."""
     from pagedmla.ops._triton_sparse_decode import sparse_decode
 
     dev = torch.device("cuda")
     gen = torch.Generator().manual_seed(seed)
     topk = max(lengths) + 5
+    rope_aware = dtype == "fp8"
+    q_dtype = torch.bfloat16 if rope_aware else dtype
     pb = make_paged_batch(cache, new, head_size=V32_RANK + V32_ROPE, page_size=page_size, seed=seed, num_layers=2,
-                          spare_blocks=2, dtype=dtype)
+                          spare_blocks=2, dtype=torch.float32 if rope_aware else dtype)
+    kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=V32_ROPE) if rope_aware else pb.kv
     idx = _index_rows(pb, topk, lengths, gen)
-    q = (torch.randn(pb.num_rows, heads, V32_RANK + V32_ROPE, generator=gen) * 0.5).to(dtype)
+    q = (torch.randn(pb.num_rows, heads, V32_RANK + V32_ROPE, generator=gen) * 0.5).to(q_dtype)
     sink_t = torch.randn(heads, generator=gen) if sink else None
     kw = {"mask": "null", "indices": idx, "topk_lengths": torch.tensor(lengths, dtype=I32), "q_scale": None,
-          "per_token_scale_rope_aware": False, "qk_rope_head_dim": V32_ROPE, "attn_sink": sink_t}
-    want, want_lse = _reference32(q, pb.input_row_offsets, pb.kv, 1, 0.1, kw)
-    low, low_lse = _lowprec(q, None, pb.kv, 1, idx, lengths, {"offsets": pb.input_row_offsets.tolist()}, 0.1, sink_t,
-                            V32_RANK, False, V32_ROPE)
-    kv = pb.kv.replace(blocks=pb.kv.blocks.to(dev), cache_lengths=pb.kv.cache_lengths.to(dev),
-                       lookup_table=pb.kv.lookup_table.to(dev))
-    got = torch.full((pb.num_rows, heads, V32_RANK), float("nan"), dtype=dtype, device=dev)
+          "per_token_scale_rope_aware": rope_aware, "qk_rope_head_dim": V32_ROPE, "attn_sink": sink_t}
+    want, want_lse = _reference32(q, pb.input_row_offsets, kv, 1, 0.1, kw)
+    low, low_lse = _lowprec(q, None, kv, 1, idx, lengths, {"offsets": pb.input_row_offsets.tolist()}, 0.1, sink_t,
+                            V32_RANK, rope_aware, V32_ROPE)
+    host_kv = kv
+    kv = kv.replace(blocks=kv.blocks.to(dev), scales=None if kv.scales is None else kv.scales.to(dev),
+                    cache_lengths=kv.cache_lengths.to(dev), lookup_table=kv.lookup_table.to(dev))
+    got = torch.full((pb.num_rows, heads, V32_RANK), float("nan"), dtype=q_dtype, device=dev)
     got_lse = torch.full((pb.num_rows, heads), float("nan"), device=dev)
     sink_dev = None if sink_t is None else sink_t.to(dev)
     if config is None:
         got, got_lse = pm.mla_decode_kv_cache_ragged(
             q.to(dev), pb.input_row_offsets.to(dev), kv, 1, 0.1, mask="null", output=got, indices=idx.to(dev),
             topk_lengths=kw["topk_lengths"].to(dev), attn_sink=sink_dev, qk_rope_head_dim=V32_ROPE,
-            return_lse=True, backend="triton")
+            per_token_scale_rope_aware=rope_aware, return_lse=True, backend="triton")
     else:
-        sparse_decode(q.to(dev), pb.input_row_offsets.to(dev), kv.blocks, kv.cache_lengths, kv.lookup_table, None, 1,
-                      0.1, 0, -1, config.num_splits, got, got_lse, qk_rope_head_dim=V32_ROPE, indices=idx.to(dev),
-                      topk_lengths=kw["topk_lengths"].to(dev), attn_sink=sink_dev, config=config)
-    eps = _bf16_eps(want, [pb.kv], False, V32_ROPE)
+        sparse_decode(q.to(dev), pb.input_row_offsets.to(dev), kv.blocks, kv.cache_lengths, kv.lookup_table, kv.scales,
+                      1, 0.1, 0, -1, config.num_splits, got, got_lse, qk_rope_head_dim=V32_ROPE, rope_aware=rope_aware,
+                      indices=idx.to(dev), topk_lengths=kw["topk_lengths"].to(dev), attn_sink=sink_dev,
+                      config=config)
+    eps = _bf16_eps(want, [host_kv], rope_aware, V32_ROPE)
     assert_close_to_reference(got.float().cpu(), want, _envelope(low, want, -1), eps=eps)
     assert_close_to_reference(got_lse.cpu(), want_lse, _envelope(low_lse, want_lse, -1), eps=1e-4, name="lse")
     return got, got_lse
@@ -494,6 +500,8 @@ RING_CASES = [
     pytest.param(16, torch.bfloat16, 16, [700, 1500, 33], [1, 2, 1], [600, 1000, 0], True, id="H16-bf16-ps16-sink"),
     pytest.param(7, torch.float16, 1, [300, 260], [2, 1], [250, 200], True, id="H7-fp16-ps1-sink"),
     pytest.param(1, torch.bfloat16, 64, [5000], [1], [4000], False, id="H1-bf16-one-token"),
+    pytest.param(16, "fp8", 64, [3000, 5200, 90], [2, 1, 1], [2048, 1900, 40], True, id="H16-rope-fp8-ps64-sink"),
+    pytest.param(5, "fp8", 16, [700, 300], [1, 2], [600, 0], False, id="H5-rope-fp8-ps16"),
 ]
 
 
@@ -510,9 +518,10 @@ def test_gpu_sparse_ring_matches_reference(heads, dtype, page_size, cache, new, 
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, "fp8"], ids=["bf16", "rope-fp8"])
 @pytest.mark.parametrize("slots", [2, 3, 5])
 @pytest.mark.parametrize("splits", [1, 3, 40], ids=["split1", "split3", "split40"])
-def test_gpu_sparse_ring_configs(slots, splits, call_counter):
+def test_gpu_sparse_ring_configs(dtype, slots, splits, call_counter):
     """Every ring depth, with one program per index row, three, and more programs than a short row has blocks
     (empty splits), with a sink."""
     from pagedmla.configs.sparse_decode import ring_config
@@ -520,8 +529,8 @@ def test_gpu_sparse_ring_configs(slots, splits, call_counter):
 
     launches = call_counter(_triton_sparse_decode, "_launch_ring")
     cfg = dataclasses.replace(ring_config(num_groups=1, topk=2048, num_sms=132, slots=slots), num_splits=splits)
-    _ring_case(16, torch.bfloat16, cache=[2500, 800, 64], new=[1, 2, 1], lengths=[2000, 300, 64],
-               sink=True, config=cfg, seed=slots + splits)
+    _ring_case(16, dtype, cache=[2500, 800, 64], new=[1, 2, 1], lengths=[2000, 300, 64], sink=True, config=cfg,
+               seed=slots + splits)
     assert launches[0] == 1
 
 
@@ -556,7 +565,8 @@ def test_gpu_sparse_ring_all_minus_one_rows(call_counter):
 
 def test_sparse_ring_dispatch_rules(monkeypatch):
     """Which calls the ring kernel takes (Hopper patched in; CPU tensors): 16-bit q and cache of one dtype
-    without scales, 512 + 64 dims, at most 16 heads, no fold, no extra stream, 16-byte aligned cache rows."""
+    without scales, or a bf16 q with the rope-aware FP8 row and its scales; 512 + 64 dims, at most 16 heads, no
+    fold, no extra stream, 16-byte aligned cache rows."""
     from pagedmla.ops import _triton_sparse_decode as sd
 
     monkeypatch.setattr(sd, "_RING_AVAILABLE", True)
@@ -575,6 +585,14 @@ def test_sparse_ring_dispatch_rules(monkeypatch):
     assert not sd.sparse_ring_ready(q, blocks[..., :320], out[..., :256], None, None, **base)
     padded = torch.empty(4, 1, 2, 64, 1, 580, dtype=torch.bfloat16)[..., :576]  # rows 1160 bytes apart
     assert not sd.sparse_ring_ready(q, padded, out, None, None, **base)
+    fp8 = torch.empty(4, 1, 2, 64, 1, 640, dtype=torch.float8_e4m3fn)
+    scales = torch.empty(4, 1, 2, 64, 1, 1)
+    rope = dict(base, rope_aware=True)
+    assert sd.sparse_ring_ready(q, fp8, out, scales, None, **rope)
+    assert not sd.sparse_ring_ready(q.half(), fp8, out.half(), scales, None, **rope)
+    assert not sd.sparse_ring_ready(q, fp8, out, None, None, **rope)
+    assert not sd.sparse_ring_ready(q, fp8, out, scales, None, **base)
+    assert not sd.sparse_ring_ready(q, fp8[..., :576], out, scales, None, **rope)
     monkeypatch.setattr(sd, "is_hopper", lambda device: False)
     assert not sd.sparse_ring_ready(q, blocks, out, None, None, **base)
 

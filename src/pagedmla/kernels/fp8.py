@@ -34,21 +34,8 @@ def _load_scales(srow, ok, C0: tl.constexpr, W: tl.constexpr, G: tl.constexpr, M
         return tl.zeros([BLOCK_N], dtype=tl.float32)
 
 
-@triton.jit
-def _e4m3_to_bf16(x):
-    """e4m3 values (any shape, four consecutive per thread) as bf16, exactly, in ten instructions per four.
-
-    Triton converts e4m3 -> f16 -> f32 -> bf16, and its f16 -> f32 step runs at a quarter of the ALU rate: at 16
-    heads the conversion, not the memory, bounded the FP8 decode. Here each byte's sign and 7 magnitude bits
-    are moved into bf16 position (a byte permute and a shift per pair of values), which is the value times
-    2^-120 with bf16's wider exponent (e4m3 subnormals land on bf16 subnormals, which bf16 arithmetic keeps),
-    and one bf16x2 fma by 2^120 (plus -0, which keeps -0; a plain bf16x2 multiply would need sm_90) restores
-    it exactly. The e4m3 NaN pattern comes out finite: the kernels
-    never load a NaN byte that the softmax keeps. Not pure on purpose: the compiler then converts each tile
-    once, in its loaded layout, instead of once per MMA operand layout (which also kept the load from being
-    pipelined)."""
-    return tl.inline_asm_elementwise(
-        """
+# four e4m3 bytes ($2) -> two bf16x2 registers ($0, $1); see `_e4m3_to_bf16`
+E4M3X4_TO_BF16_ASM = tl.constexpr("""
         {
         .reg .b32 y, t, c, z;
         mov.b32 c, 0x7B807B80;
@@ -64,8 +51,24 @@ def _e4m3_to_bf16(x):
         and.b32 y, y, 0x87F087F0;
         fma.rn.bf16x2 $1, y, c, z;
         }
-        """,
-        "=r,=r,r", [x.to(tl.uint8, bitcast=True)], dtype=tl.bfloat16, is_pure=False, pack=4)
+        """)
+
+
+@triton.jit
+def _e4m3_to_bf16(x):
+    """e4m3 values (any shape, four consecutive per thread) as bf16, exactly, in ten instructions per four.
+
+    Triton converts e4m3 -> f16 -> f32 -> bf16, and its f16 -> f32 step runs at a quarter of the ALU rate: at 16
+    heads the conversion, not the memory, bounded the FP8 decode. Here each byte's sign and 7 magnitude bits
+    are moved into bf16 position (a byte permute and a shift per pair of values), which is the value times
+    2^-120 with bf16's wider exponent (e4m3 subnormals land on bf16 subnormals, which bf16 arithmetic keeps),
+    and one bf16x2 fma by 2^120 (plus -0, which keeps -0; a plain bf16x2 multiply would need sm_90) restores
+    it exactly. The e4m3 NaN pattern comes out finite: the kernels
+    never load a NaN byte that the softmax keeps. Not pure on purpose: the compiler then converts each tile
+    once, in its loaded layout, instead of once per MMA operand layout (which also kept the load from being
+    pipelined)."""
+    return tl.inline_asm_elementwise(E4M3X4_TO_BF16_ASM, "=r,=r,r", [x.to(tl.uint8, bitcast=True)], dtype=tl.bfloat16,
+                                     is_pure=False, pack=4)
 
 
 @triton.jit

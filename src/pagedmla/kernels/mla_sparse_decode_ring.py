@@ -35,6 +35,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
+from .fp8 import E4M3X4_TO_BF16_ASM
 from .gluon_common import LN2, LOG2E
 
 BLOCK_M = gl.constexpr(16)
@@ -62,6 +63,18 @@ def _smem():
 def _lat_copy():
     """Copies of a block's latent rows `[32, 512]`: 16 bytes per thread, a warp per row."""
     return gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
+
+
+@gluon.constexpr_function
+def _lat8_copy():
+    """Copies of a block's e4m3 latent rows `[32, 512]` (the rope-aware FP8 row): 16 bytes per thread."""
+    return gl.BlockedLayout([1, 16], [1, 32], [4, 1], [1, 0])
+
+
+@gluon.constexpr_function
+def _widen_layout():
+    """Widening a slot's e4m3 latent `[32, 512]` to bf16: 16 consecutive values per thread."""
+    return gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
 
 
 @gluon.constexpr_function
@@ -124,32 +137,82 @@ def _copy_index_block(idx_s, idx_row, stride_idx_k, block, count, NUM_IDX: gl.co
 
 
 @gluon.jit
-def _issue_rows(lat_s, rope_s, slot, il, ol, ir, orr, blocks_ptr, layer_off, stride_b, stride_s,
-                PAGE_SIZE: gl.constexpr):
-    """Asynchronous copies of a block's rows (`il` / `ir`: rows in the two copy layouts, `ol` / `orr`: whether
-    each is a key) into ring slot `slot`; zeros for rows that are no key."""
-    cols = gl.arange(0, D_LAT, gl.SliceLayout(0, _lat_copy()))
-    off = (il // PAGE_SIZE).to(gl.int64) * stride_b + layer_off + (il % PAGE_SIZE).to(gl.int64) * stride_s
-    async_copy.async_copy_global_to_shared(lat_s.index(slot), blocks_ptr + off[:, None] + cols[None, :],
-                                           mask=ol[:, None])
-    rcols = gl.arange(0, D_ROPE, gl.SliceLayout(0, _rope_copy()))
-    off = (ir // PAGE_SIZE).to(gl.int64) * stride_b + layer_off + (ir % PAGE_SIZE).to(gl.int64) * stride_s
-    async_copy.async_copy_global_to_shared(rope_s.index(slot), blocks_ptr + off[:, None] + D_LAT + rcols[None, :],
-                                           mask=orr[:, None])
+def _row_offset(idx, layer_off, stride_b, stride_s, PAGE_SIZE: gl.constexpr):
+    """Element offset of cache row `idx` (page idx // PAGE_SIZE, slot idx % PAGE_SIZE) in this layer."""
+    return (idx // PAGE_SIZE).to(gl.int64) * stride_b + layer_off + (idx % PAGE_SIZE).to(gl.int64) * stride_s
 
 
 @gluon.jit
-def _logits(q_s, q_rope, lat, rope, s_ok, qk_scale):
-    """Scaled, masked logits S `[16, 32]` of one ring slot: five independent MMA chains, then summed."""
+def _issue_tile(dst, ptr, rows, ok, layer_off, stride_b, stride_s, col0, WIDTH: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                layout: gl.constexpr):
+    """Asynchronous copy of columns `[col0, col0 + WIDTH)` of cache rows `rows` into the `[32, WIDTH]` tile `dst`
+    (`layout`: its copy layout); zeros for rows that are no key (`ok` False)."""
+    cols = col0 + gl.arange(0, WIDTH, gl.SliceLayout(0, layout))
+    off = _row_offset(rows, layer_off, stride_b, stride_s, PAGE_SIZE)
+    async_copy.async_copy_global_to_shared(dst, ptr + off[:, None] + cols[None, :], mask=ok[:, None])
+
+
+@gluon.constexpr_function
+def _lat_layout(fp8):
+    return _lat8_copy() if fp8 else _lat_copy()
+
+
+@gluon.jit
+def _rows_in(idx_s, idx_row, stride_idx_k, block, count, pool_rows, NUM_IDX: gl.constexpr, FROM_RING: gl.constexpr,
+             layout: gl.constexpr):
+    """Index block `block`'s rows in `layout`: from the index ring, or (the prologue) loaded from memory."""
+    if FROM_RING:
+        return _ring_rows(idx_s, block, count, pool_rows, NUM_IDX, layout)
+    else:
+        return _load_rows(idx_row, stride_idx_k, block, count, pool_rows, layout)
+
+
+@gluon.jit
+def _copy_block(lat_s, rope_s, sc_s, slot, idx_s, idx_row, stride_idx_k, block, count, pool_rows, blocks_ptr,
+                rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b, stride_s, stride_r_b,
+                stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE: gl.constexpr, ROPE_OFF: gl.constexpr,
+                FP8: gl.constexpr, NUM_IDX: gl.constexpr, FROM_RING: gl.constexpr):
+    """Asynchronous copies of index block `block`'s rows into ring slot `slot`: the latent tile (e4m3 for the
+    rope-aware FP8 row), the rope tile and, for FP8, the rows' scales."""
+    lat_layout: gl.constexpr = _lat_layout(FP8)
+    rows, ok = _rows_in(idx_s, idx_row, stride_idx_k, block, count, pool_rows, NUM_IDX, FROM_RING,
+                        gl.SliceLayout(1, lat_layout))
+    _issue_tile(lat_s.index(slot), blocks_ptr, rows, ok, layer_off, stride_b, stride_s, 0, D_LAT, PAGE_SIZE,
+                lat_layout)
+    rows, ok = _rows_in(idx_s, idx_row, stride_idx_k, block, count, pool_rows, NUM_IDX, FROM_RING,
+                        gl.SliceLayout(1, _rope_copy()))
+    _issue_tile(rope_s.index(slot), rope_ptr, rows, ok, r_layer_off, stride_r_b, stride_r_s, ROPE_OFF, D_ROPE,
+                PAGE_SIZE, _rope_copy())
+    if FP8:
+        rows, ok = _rows_in(idx_s, idx_row, stride_idx_k, block, count, pool_rows, NUM_IDX, FROM_RING, _idx_copy())
+        off = _row_offset(rows, s_layer_off, stride_s_b, stride_s_s, PAGE_SIZE)
+        async_copy.async_copy_global_to_shared(sc_s.index(slot), scales_ptr + off, mask=ok)
+
+
+@gluon.jit
+def _widen(raw, lat_bf):
+    """A slot's e4m3 latent tile as bf16 into `lat_bf`, exactly (`pagedmla.kernels.fp8._e4m3_to_bf16`)."""
+    x = raw.load(_widen_layout())
+    lat_bf.store(gl.inline_asm_elementwise(E4M3X4_TO_BF16_ASM, "=r,=r,r", [x.to(gl.uint8, bitcast=True)],
+                                           dtype=gl.bfloat16, is_pure=True, pack=4))
+
+
+@gluon.jit
+def _logits(q_s, q_rope, lat, rope, s_ok, sc, qk_scale, SCALED: gl.constexpr):
+    """Scaled, masked logits S `[16, 32]` of one ring slot: five independent MMA chains, then summed (SCALED:
+    the latent part's chains times each key's scale `sc`)."""
     layout: gl.constexpr = _mma()
     a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2)
     b_op: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=layout, k_width=2)
     zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout)
-    s = mma_v2(q_rope, rope.permute((1, 0)).load(b_op), zero)
-    for c in gl.static_range(D_LAT // CHUNK):
+    s = mma_v2(q_s.slice(0, CHUNK, dim=1).load(a_op), lat.slice(0, CHUNK, dim=1).permute((1, 0)).load(b_op), zero)
+    for c in gl.static_range(1, D_LAT // CHUNK):
         q_c = q_s.slice(c * CHUNK, CHUNK, dim=1).load(a_op)
         k_c = lat.slice(c * CHUNK, CHUNK, dim=1).permute((1, 0)).load(b_op)
         s += mma_v2(q_c, k_c, zero)
+    if SCALED:
+        s = s * sc[None, :]
+    s += mma_v2(q_rope, rope.permute((1, 0)).load(b_op), zero)
     return gl.where(s_ok[None, :], s * qk_scale, float("-inf"))
 
 
@@ -175,12 +238,19 @@ def _store_chunk(ptr, row_off, c: gl.constexpr, acc, scale, rows_ok):
 @gluon.jit(do_not_specialize=["batch", "num_heads", "num_splits", "layer_idx", "pool_rows", "topk"])
 def _mla_sparse_decode_ring_kernel(
     q_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, offsets_ptr, sink_ptr, idx_ptr, topk_len_ptr, blocks_ptr,
+    rope_ptr, scales_ptr,
     batch, num_heads, num_splits, layer_idx, qk_scale, pool_rows, topk,
     stride_q_t, stride_q_h, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_t,
     stride_po_h, stride_pl_s, stride_pl_t, stride_idx_t, stride_idx_k, stride_b_b, stride_b_l, stride_b_s,
-    PAGE_SIZE: gl.constexpr, HAS_SINK: gl.constexpr, SPLIT: gl.constexpr, NUM_SLOTS: gl.constexpr,
+    stride_r_b, stride_r_l, stride_r_s, stride_s_b, stride_s_l, stride_s_s,
+    PAGE_SIZE: gl.constexpr, ROPE_OFF: gl.constexpr, HAS_SINK: gl.constexpr, SPLIT: gl.constexpr,
+    NUM_SLOTS: gl.constexpr,
 ):
     """Program (token, split): the token's rows against the split's share of its index blocks.
+
+    The cache is `blocks_ptr` (bf16/fp16 rows of 576, or the rope-aware FP8 row: 512 e4m3 bytes, then the rope
+    part as bf16), its rope columns `rope_ptr` at ROPE_OFF of each row (the same cache, or its bf16 view), the
+    FP8 row's scale column 0 of `scales_ptr` (one per row: it multiplies the latent logits and P's column).
 
     Copy groups: group t (t < NUM_SLOTS - 1: the prologue's; else issued in iteration t - NUM_SLOTS + 1) holds
     the rows of block lo + t and the index entries of block lo + t + NUM_SLOTS - 1, so once iteration t has
@@ -189,15 +259,18 @@ def _mla_sparse_decode_ring_kernel(
     blocks' entries (those from the block being computed to the last one copied)."""
     layout: gl.constexpr = _mma()
     dtype: gl.constexpr = q_ptr.dtype.element_ty
+    FP8: gl.constexpr = blocks_ptr.dtype.element_ty == gl.float8e4nv
     NUM_IDX: gl.constexpr = 2 * NUM_SLOTS
-    lat_l: gl.constexpr = gl.SliceLayout(1, _lat_copy())
-    rope_l: gl.constexpr = gl.SliceLayout(1, _rope_copy())
     key_l: gl.constexpr = gl.SliceLayout(0, layout)
     tok = gl.program_id(0)
     split = gl.program_id(1)
 
-    lat_s = gl.allocate_shared_memory(dtype, [NUM_SLOTS, BLOCK_N, D_LAT], _smem())
+    lat_s = gl.allocate_shared_memory(blocks_ptr.dtype.element_ty, [NUM_SLOTS, BLOCK_N, D_LAT], _smem())
     rope_s = gl.allocate_shared_memory(dtype, [NUM_SLOTS, BLOCK_N, D_ROPE], _smem())
+    sc_s = gl.allocate_shared_memory(gl.float32, [NUM_SLOTS, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    if FP8:
+        # the slot being computed, widened to bf16
+        lat_bf = gl.allocate_shared_memory(dtype, [BLOCK_N, D_LAT], _smem())
     q_s = gl.allocate_shared_memory(dtype, [BLOCK_M, D_LAT], _smem())
     qr_s = gl.allocate_shared_memory(dtype, [BLOCK_M, D_ROPE], _smem())
     idx_s = gl.allocate_shared_memory(gl.int32, [NUM_IDX, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
@@ -208,15 +281,15 @@ def _mla_sparse_decode_ring_kernel(
     lo = split * num_blocks // num_splits
     hi = (split + 1) * num_blocks // num_splits
     idx_row = idx_ptr + tok.to(gl.int64) * stride_idx_t
-    layer_off = layer_idx.to(gl.int64) * stride_b_l
+    layer = layer_idx.to(gl.int64)
 
     # the prologue's groups (a block past hi copies nothing; its group still counts)
     for i in gl.static_range(NUM_SLOTS - 1):
-        n_i = gl.where(lo + i < hi, count, 0)
-        il, ol = _load_rows(idx_row, stride_idx_k, lo + i, n_i, pool_rows, lat_l)
-        ir, orr = _load_rows(idx_row, stride_idx_k, lo + i, n_i, pool_rows, rope_l)
-        _issue_rows(lat_s, rope_s, i, il, ol, ir, orr, blocks_ptr, layer_off, stride_b_b, stride_b_s, PAGE_SIZE)
-        _copy_index_block(idx_s, idx_row, stride_idx_k, lo + i, n_i, NUM_IDX)
+        _copy_block(lat_s, rope_s, sc_s, i, idx_s, idx_row, stride_idx_k, lo + i, gl.where(lo + i < hi, count, 0),
+                    pool_rows, blocks_ptr, rope_ptr, scales_ptr, layer * stride_b_l, layer * stride_r_l,
+                    layer * stride_s_l, stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s,
+                    PAGE_SIZE, ROPE_OFF, FP8, NUM_IDX, False)
+        _copy_index_block(idx_s, idx_row, stride_idx_k, lo + i, gl.where(lo + i < hi, count, 0), NUM_IDX)
         ahead = lo + i + NUM_SLOTS - 1
         _copy_index_block(idx_s, idx_row, stride_idx_k, ahead, gl.where(ahead < hi, count, 0), NUM_IDX)
         async_copy.commit_group()
@@ -247,19 +320,25 @@ def _mla_sparse_decode_ring_kernel(
         gl.thread_barrier()
         # block j + NUM_SLOTS - 1's rows into the slot block j - 1 used, and the entries of the block after
         nxt = j + NUM_SLOTS - 1
-        n_nxt = gl.where(nxt < hi, count, 0)
-        il, ol = _ring_rows(idx_s, nxt, n_nxt, pool_rows, NUM_IDX, lat_l)
-        ir, orr = _ring_rows(idx_s, nxt, n_nxt, pool_rows, NUM_IDX, rope_l)
-        _issue_rows(lat_s, rope_s, (j - lo + NUM_SLOTS - 1) % NUM_SLOTS, il, ol, ir, orr, blocks_ptr, layer_off,
-                    stride_b_b, stride_b_s, PAGE_SIZE)
+        _copy_block(lat_s, rope_s, sc_s, (j - lo + NUM_SLOTS - 1) % NUM_SLOTS, idx_s, idx_row, stride_idx_k, nxt,
+                    gl.where(nxt < hi, count, 0), pool_rows, blocks_ptr, rope_ptr, scales_ptr, layer * stride_b_l,
+                    layer * stride_r_l, layer * stride_s_l, stride_b_b, stride_b_s, stride_r_b, stride_r_s,
+                    stride_s_b, stride_s_s, PAGE_SIZE, ROPE_OFF, FP8, NUM_IDX, True)
         ahead = nxt + NUM_SLOTS - 1
         _copy_index_block(idx_s, idx_row, stride_idx_k, ahead, gl.where(ahead < hi, count, 0), NUM_IDX)
         async_copy.commit_group()
 
         _, s_ok = _ring_rows(idx_s, j, count, pool_rows, NUM_IDX, key_l)
         slot = (j - lo) % NUM_SLOTS
-        lat = lat_s.index(slot)
-        s = _logits(q_s, q_rope, lat, rope_s.index(slot), s_ok, qk_scale)
+        if FP8:
+            _widen(lat_s.index(slot), lat_bf)
+            gl.thread_barrier()
+            lat = lat_bf
+            sc = sc_s.index(slot).load(key_l)
+        else:
+            lat = lat_s.index(slot)
+            sc = qk_scale
+        s = _logits(q_s, q_rope, lat, rope_s.index(slot), s_ok, sc, qk_scale, FP8)
         m_new = gl.maximum(m_i, gl.max(s, axis=1))
         # rows that have seen no key yet keep m = -inf; shift them by 0 so exp2 gives 0, not NaN
         m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
@@ -267,6 +346,9 @@ def _mla_sparse_decode_ring_kernel(
         p = gl.exp2(s - m_safe[:, None])
         l_cols = l_cols * alpha[:, None] + p
         m_i = m_new
+        if FP8:
+            # V is the raw latent: its row scale moves onto P's column
+            p = p * sc[None, :]
         p_op = gl.convert_layout(p.to(dtype), p_op_layout)
         acc0 = _pv(p_op, lat, 0, acc0, alpha)
         acc1 = _pv(p_op, lat, 1, acc1, alpha)

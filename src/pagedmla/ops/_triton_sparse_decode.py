@@ -72,27 +72,35 @@ def _stream(blocks, scales, granularity: int, kv_lora_rank: int, rope_dim: int, 
 
 def sparse_ring_ready(q, blocks, out, scales, q_scale, *, rope_aware: bool, fold: bool, has_extra: bool) -> bool:
     """Whether the Gluon ring kernel (`kernels.mla_sparse_decode_ring`) can take this call: Triton 3.6 on a Hopper
-    GPU, q and cache both bf16 or both fp16 without scales, DeepSeek's 512 + 64 dims, at most 16 heads, one
-    query token per index row (no fold_shared_index), no extra stream, unit last strides, and cache rows whose
-    16-byte chunks are aligned (the copies are 16 bytes wide)."""
-    return (_RING_AVAILABLE and is_hopper(q.device) and q.dtype in (torch.bfloat16, torch.float16)
-            and blocks.dtype == q.dtype and scales is None and q_scale is None and not rope_aware and not fold
-            and not has_extra and q.shape[1] <= 16 and q.shape[-1] == 576 and blocks.shape[-1] == 576
-            and out.shape[-1] == 512 and q.stride(-1) == 1 and out.stride(-1) == 1 and blocks.stride(-1) == 1
-            and blocks.data_ptr() % 16 == 0 and all(blocks.stride(d) % 16 == 0 for d in (0, 2, 3)))
+    GPU; q and cache both bf16 or both fp16 without scales, or a bf16 q with the rope-aware FP8 cache (its
+    scales contiguous); DeepSeek's 512 + 64 dims; at most 16 heads; one query token per index row (no
+    fold_shared_index); no extra stream; unit last strides; cache rows whose 16-byte chunks are aligned (the
+    copies are 16 bytes wide)."""
+    if rope_aware:
+        cache_ok = (q.dtype == torch.bfloat16 and blocks.dtype == torch.float8_e4m3fn and blocks.shape[-1] == 640
+                    and scales is not None and scales.stride(-1) == 1)
+    else:
+        cache_ok = q.dtype in (torch.bfloat16, torch.float16) and blocks.dtype == q.dtype and scales is None
+    row_bytes = blocks.element_size()
+    return (_RING_AVAILABLE and cache_ok and is_hopper(q.device) and q_scale is None and not fold and not has_extra
+            and q.shape[1] <= 16 and q.shape[-1] == 576 and out.shape[-1] == 512 and q.stride(-1) == 1
+            and out.stride(-1) == 1 and blocks.stride(-1) == 1 and blocks.data_ptr() % 16 == 0
+            and all(blocks.stride(d) * row_bytes % 16 == 0 for d in (0, 2, 3)))
 
 
-def _launch_ring(q, out, lse, part_out, part_lse, offsets, sink, indices, topk_lengths, blocks, layer_idx: int,
+def _launch_ring(q, out, lse, part_out, part_lse, offsets, sink, indices, topk_lengths, stream, layer_idx: int,
                  scale: float, splits: int, part_strides: tuple, has_sink: bool, slots: int) -> None:
-    """`_mla_sparse_decode_ring_kernel` over (query rows, splits), writing `out` / `lse` or the partials."""
+    """`_mla_sparse_decode_ring_kernel` over (query rows, splits), writing `out` / `lse` or the partials; `stream`
+    is the cache as `_stream` returns it."""
+    blocks, rope, scales, strides, rope_off = stream[:5]
     page_size = blocks.shape[3]
     _mla_sparse_decode_ring_kernel[(q.shape[0], splits)](
-        q, out, lse, part_out, part_lse, offsets, sink, indices, topk_lengths, blocks,
+        q, out, lse, part_out, part_lse, offsets, sink, indices, topk_lengths, blocks, rope, scales,
         topk_lengths.shape[0], q.shape[1], splits, layer_idx, scale * _LOG2E,
         min(blocks.shape[0] * page_size, 2**31 - 1), indices.shape[1],
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), *part_strides,
-        indices.stride(0), indices.stride(1), blocks.stride(0), blocks.stride(2), blocks.stride(3),
-        PAGE_SIZE=page_size, HAS_SINK=has_sink, SPLIT=splits > 1, NUM_SLOTS=slots, num_warps=4)
+        indices.stride(0), indices.stride(1), *strides,
+        PAGE_SIZE=page_size, ROPE_OFF=rope_off, HAS_SINK=has_sink, SPLIT=splits > 1, NUM_SLOTS=slots, num_warps=4)
 
 
 def _split_count(num_partitions: int, default: int) -> int:
@@ -175,7 +183,7 @@ def sparse_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, sca
     x_pool_rows = min(x_blk.shape[0] * x_page_size, 2**31 - 1)
     q_fp8 = q.dtype == _FP8
     if cfg.ring_slots:
-        _launch_ring(q, out, lse, part_out, part_lse, input_row_offsets, sink, indices, topk_lengths, blk, layer_idx,
+        _launch_ring(q, out, lse, part_out, part_lse, input_row_offsets, sink, indices, topk_lengths, main, layer_idx,
                      scale, splits, po_strides + pl_strides, attn_sink is not None, cfg.ring_slots)
     else:
         _mla_sparse_decode_kernel[(num_groups * num_tiles, splits)](
