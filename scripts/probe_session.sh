@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: the ring kernel on the rope-aware FP8 cache (bf16 q): the whole
+# One device call (edit per session). This one: the ring kernel on the rope-aware FP8 cache (bf16 q; its latent
+# MMAs in fp16 with q scaled by a power of two, the e4m3 tile widened by native conversions): the whole
 # sparse gpu tier, the harness's 16-head rows (bf16 and FP8, B64 and B128), then sparse_probe's 16-head FP8
 # sweep (Triton tile against ring depths).
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
