@@ -448,7 +448,7 @@ def test_combine_tile_bounds_registers():
 
 # ---- the Gluon ring kernel (16 rows or fewer, bf16/fp16 cache; Hopper) ----
 
-def _ring_case(heads, dtype, *, cache, new, lengths, page_size=64, sink=False, config=None, seed=0):
+def _ring_case(heads, dtype, *, cache, new, lengths, page_size=64, sink=False, config=None, seed=0, q_mult=0.5):
     """A sparse decode of `heads` heads on a `dtype` cache ("fp8": the rope-aware FP8 row with a bf16 q; NaN in
     every unused slot and spare block, index rows with -1 holes, columns past `lengths` naming NaN rows and
     out-of-pool ids), run through the public op (or the launcher with `config`) on the GPU and checked against
@@ -464,7 +464,7 @@ def _ring_case(heads, dtype, *, cache, new, lengths, page_size=64, sink=False, c
                           spare_blocks=2, dtype=torch.float32 if rope_aware else dtype)
     kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=V32_ROPE) if rope_aware else pb.kv
     idx = _index_rows(pb, topk, lengths, gen)
-    q = (torch.randn(pb.num_rows, heads, V32_RANK + V32_ROPE, generator=gen) * 0.5).to(q_dtype)
+    q = (torch.randn(pb.num_rows, heads, V32_RANK + V32_ROPE, generator=gen) * q_mult).to(q_dtype)
     sink_t = torch.randn(heads, generator=gen) if sink else None
     kw = {"mask": "null", "indices": idx, "topk_lengths": torch.tensor(lengths, dtype=I32), "q_scale": None,
           "per_token_scale_rope_aware": rope_aware, "qk_rope_head_dim": V32_ROPE, "attn_sink": sink_t}
@@ -531,6 +531,18 @@ def test_gpu_sparse_ring_configs(dtype, slots, splits, call_counter):
     cfg = dataclasses.replace(ring_config(num_groups=1, topk=2048, num_sms=132, slots=slots), num_splits=splits)
     _ring_case(16, dtype, cache=[2500, 800, 64], new=[1, 2, 1], lengths=[2000, 300, 64], sink=True, config=cfg,
                seed=slots + splits)
+    assert launches[0] == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("q_mult", [3e5, 2e-6, 0.0], ids=["huge-q", "tiny-q", "zero-q"])
+def test_gpu_sparse_ring_fp8_q_range(q_mult, call_counter):
+    """The FP8 row's latent MMAs run in fp16 with q scaled by a power of two: q far outside fp16's range (values
+    up to about 1e6, and about 1e-5, where fp16 is subnormal) and an all-zero q still match the reference."""
+    from pagedmla.ops import _triton_sparse_decode
+
+    launches = call_counter(_triton_sparse_decode, "_launch_ring")
+    _ring_case(16, "fp8", cache=[900, 400], new=[1, 2], lengths=[700, 300], seed=3, q_mult=q_mult)
     assert launches[0] == 1
 
 
