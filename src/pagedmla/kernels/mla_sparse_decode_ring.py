@@ -35,6 +35,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
+from .fp8 import E4M3X4_TO_BF16_ASM
 from .gluon_common import LN2, LOG2E
 
 BLOCK_M = gl.constexpr(16)
@@ -189,31 +190,34 @@ def _copy_block(lat_s, rope_s, sc_s, slot, idx_s, idx_row, stride_idx_k, block, 
 
 
 @gluon.jit
-def _widen(raw, lat_h):
-    """A slot's e4m3 latent tile as fp16 into `lat_h`, exactly (e4m3 is a subset of fp16; one native conversion
-    per two values, where e4m3 -> bf16 takes five instructions per two)."""
-    lat_h.store(raw.load(_widen_layout()).to(gl.float16))
+def _widen(raw, lat_bf):
+    """A slot's e4m3 latent tile as bf16 into `lat_bf`, exactly (`pagedmla.kernels.fp8._e4m3_to_bf16`)."""
+    x = raw.load(_widen_layout())
+    lat_bf.store(gl.inline_asm_elementwise(E4M3X4_TO_BF16_ASM, "=r,=r,r", [x.to(gl.uint8, bitcast=True)],
+                                           dtype=gl.bfloat16, is_pure=True, pack=4))
 
 
 @gluon.jit
-def _logits(q_s, q_rope, lat, rope, s_ok, sc, lat_scale, qk_scale, SCALED: gl.constexpr):
-    """Scaled, masked logits S `[16, 32]` of one ring slot: five independent MMA chains, then summed; the latent
-    chains times `lat_scale` (and, SCALED, each key's scale `sc`), the rope chain times qk_scale."""
+def _logits(q_s, q_rope, lat, rope, s_ok, sc, qk_scale, SCALED: gl.constexpr):
+    """Scaled, masked logits S `[16, 32]` of one ring slot: five independent MMA chains, then summed (SCALED:
+    the latent part's chains times each key's scale `sc`). The rope chain goes first, so that its latency
+    overlaps the latent chains'."""
     layout: gl.constexpr = _mma()
     a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2)
     b_op: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=layout, k_width=2)
     zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout)
-    s = mma_v2(q_s.slice(0, CHUNK, dim=1).load(a_op), lat.slice(0, CHUNK, dim=1).permute((1, 0)).load(b_op), zero)
-    for c in gl.static_range(1, D_LAT // CHUNK):
-        q_c = q_s.slice(c * CHUNK, CHUNK, dim=1).load(a_op)
-        k_c = lat.slice(c * CHUNK, CHUNK, dim=1).permute((1, 0)).load(b_op)
-        s += mma_v2(q_c, k_c, zero)
+    s = mma_v2(q_rope, rope.permute((1, 0)).load(b_op), zero)
     if SCALED:
-        s = s * (sc * lat_scale)[None, :]
+        s_lat = zero
+        for c in gl.static_range(D_LAT // CHUNK):
+            q_c = q_s.slice(c * CHUNK, CHUNK, dim=1).load(a_op)
+            s_lat += mma_v2(q_c, lat.slice(c * CHUNK, CHUNK, dim=1).permute((1, 0)).load(b_op), zero)
+        s += s_lat * sc[None, :]
     else:
-        s = s * lat_scale
-    s += mma_v2(q_rope, rope.permute((1, 0)).load(b_op), zero) * qk_scale
-    return gl.where(s_ok[None, :], s, float("-inf"))
+        for c in gl.static_range(D_LAT // CHUNK):
+            q_c = q_s.slice(c * CHUNK, CHUNK, dim=1).load(a_op)
+            s += mma_v2(q_c, lat.slice(c * CHUNK, CHUNK, dim=1).permute((1, 0)).load(b_op), zero)
+    return gl.where(s_ok[None, :], s * qk_scale, float("-inf"))
 
 
 @gluon.jit
@@ -265,15 +269,13 @@ def _mla_sparse_decode_ring_kernel(
     tok = gl.program_id(0)
     split = gl.program_id(1)
 
-    # the latent part's MMAs: fp16 for the FP8 row (q's latent part scaled into fp16's range, see below)
-    lat_dtype: gl.constexpr = gl.float16 if FP8 else dtype
     lat_s = gl.allocate_shared_memory(blocks_ptr.dtype.element_ty, [NUM_SLOTS, BLOCK_N, D_LAT], _smem())
     rope_s = gl.allocate_shared_memory(dtype, [NUM_SLOTS, BLOCK_N, D_ROPE], _smem())
     sc_s = gl.allocate_shared_memory(gl.float32, [NUM_SLOTS, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     if FP8:
-        # the slot being computed, widened to fp16
-        lat_h = gl.allocate_shared_memory(gl.float16, [BLOCK_N, D_LAT], _smem())
-    q_s = gl.allocate_shared_memory(lat_dtype, [BLOCK_M, D_LAT], _smem())
+        # the slot being computed, widened to bf16
+        lat_bf = gl.allocate_shared_memory(dtype, [BLOCK_N, D_LAT], _smem())
+    q_s = gl.allocate_shared_memory(dtype, [BLOCK_M, D_LAT], _smem())
     qr_s = gl.allocate_shared_memory(dtype, [BLOCK_M, D_ROPE], _smem())
     idx_s = gl.allocate_shared_memory(gl.int32, [NUM_IDX, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
 
@@ -300,18 +302,8 @@ def _mla_sparse_decode_ring_kernel(
     q_layout: gl.constexpr = _lat_copy()
     rows_q = gl.arange(0, BLOCK_M, gl.SliceLayout(1, q_layout))
     q_row = tok.to(gl.int64) * stride_q_t + rows_q.to(gl.int64) * stride_q_h
-    q_lat = gl.load(q_ptr + q_row[:, None] + gl.arange(0, D_LAT, gl.SliceLayout(0, q_layout))[None, :],
-                    mask=(rows_q < num_heads)[:, None], other=0.0)
-    lat_scale = qk_scale
-    if FP8:
-        # q's latent part in fp16, times 2^-e so that its largest value lands in [2^14, 2^15): exact down to
-        # 2^-24 of that value (bf16 has 8 mantissa bits, so smaller entries add nothing at bf16 precision); the
-        # latent logits take 2^e back
-        amax = gl.max(gl.max(gl.abs(q_lat.to(gl.float32)), axis=1), axis=0)
-        e = gl.where(amax > 0, gl.ceil(gl.log2(gl.where(amax > 0, amax, 1.0))) - 15.0, 0.0)
-        q_lat = (q_lat.to(gl.float32) * gl.exp2(-e)).to(gl.float16)
-        lat_scale = qk_scale * gl.exp2(e)
-    q_s.store(q_lat)
+    q_s.store(gl.load(q_ptr + q_row[:, None] + gl.arange(0, D_LAT, gl.SliceLayout(0, q_layout))[None, :],
+                      mask=(rows_q < num_heads)[:, None], other=0.0))
     r_layout: gl.constexpr = _rope_copy()
     rows_r = gl.arange(0, BLOCK_M, gl.SliceLayout(1, r_layout))
     qr_row = tok.to(gl.int64) * stride_q_t + rows_r.to(gl.int64) * stride_q_h + D_LAT
@@ -343,14 +335,14 @@ def _mla_sparse_decode_ring_kernel(
         _, s_ok = _ring_rows(idx_s, j, count, pool_rows, NUM_IDX, key_l)
         slot = (j - lo) % NUM_SLOTS
         if FP8:
-            _widen(lat_s.index(slot), lat_h)
+            _widen(lat_s.index(slot), lat_bf)
             gl.thread_barrier()
-            lat = lat_h
+            lat = lat_bf
             sc = sc_s.index(slot).load(key_l)
         else:
             lat = lat_s.index(slot)
             sc = qk_scale
-        s = _logits(q_s, q_rope, lat, rope_s.index(slot), s_ok, sc, lat_scale, qk_scale, FP8)
+        s = _logits(q_s, q_rope, lat, rope_s.index(slot), s_ok, sc, qk_scale, FP8)
         m_new = gl.maximum(m_i, gl.max(s, axis=1))
         # rows that have seen no key yet keep m = -inf; shift them by 0 so exp2 gives 0, not NaN
         m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
@@ -361,7 +353,7 @@ def _mla_sparse_decode_ring_kernel(
         if FP8:
             # V is the raw latent: its row scale moves onto P's column
             p = p * sc[None, :]
-        p_op = gl.convert_layout(p.to(lat_dtype), p_op_layout)
+        p_op = gl.convert_layout(p.to(dtype), p_op_layout)
         acc0 = _pv(p_op, lat, 0, acc0, alpha)
         acc1 = _pv(p_op, lat, 1, acc1, alpha)
         acc2 = _pv(p_op, lat, 2, acc2, alpha)
