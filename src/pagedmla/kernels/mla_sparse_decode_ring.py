@@ -175,18 +175,26 @@ def _copy_block(lat_s, rope_s, sc_s, slot, idx_s, idx_row, stride_idx_k, block, 
     """Asynchronous copies of index block `block`'s rows into ring slot `slot`: the latent tile (e4m3 for the
     rope-aware FP8 row), the rope tile and, for FP8, the rows' scales."""
     lat_layout: gl.constexpr = _lat_layout(FP8)
-    rows, ok = _rows_in(idx_s, idx_row, stride_idx_k, block, count, pool_rows, NUM_IDX, FROM_RING,
-                        gl.SliceLayout(1, lat_layout))
-    _issue_tile(lat_s.index(slot), blocks_ptr, rows, ok, layer_off, stride_b, stride_s, 0, D_LAT, PAGE_SIZE,
+    # every copy layout's rows first, then the copies
+    rows_l, ok_l = _rows_in(idx_s, idx_row, stride_idx_k, block, count, pool_rows, NUM_IDX, FROM_RING,
+                            gl.SliceLayout(1, lat_layout))
+    rows_r, ok_r = _rows_in(idx_s, idx_row, stride_idx_k, block, count, pool_rows, NUM_IDX, FROM_RING,
+                            gl.SliceLayout(1, _rope_copy()))
+    _issue_tile(lat_s.index(slot), blocks_ptr, rows_l, ok_l, layer_off, stride_b, stride_s, 0, D_LAT, PAGE_SIZE,
                 lat_layout)
-    rows, ok = _rows_in(idx_s, idx_row, stride_idx_k, block, count, pool_rows, NUM_IDX, FROM_RING,
-                        gl.SliceLayout(1, _rope_copy()))
-    _issue_tile(rope_s.index(slot), rope_ptr, rows, ok, r_layer_off, stride_r_b, stride_r_s, ROPE_OFF, D_ROPE,
-                PAGE_SIZE, _rope_copy())
     if FP8:
-        rows, ok = _rows_in(idx_s, idx_row, stride_idx_k, block, count, pool_rows, NUM_IDX, FROM_RING, _idx_copy())
-        off = _row_offset(rows, s_layer_off, stride_s_b, stride_s_s, PAGE_SIZE)
-        async_copy.async_copy_global_to_shared(sc_s.index(slot), scales_ptr + off, mask=ok)
+        _issue_tile(rope_s.index(slot), rope_ptr, rows_r, ok_r, r_layer_off, stride_r_b, stride_r_s, ROPE_OFF,
+                    D_ROPE, PAGE_SIZE, _rope_copy())
+        rows_s, ok_s = _rows_in(idx_s, idx_row, stride_idx_k, block, count, pool_rows, NUM_IDX, FROM_RING,
+                                _idx_copy())
+        off = _row_offset(rows_s, s_layer_off, stride_s_b, stride_s_s, PAGE_SIZE)
+        async_copy.async_copy_global_to_shared(sc_s.index(slot), scales_ptr + off, mask=ok_s)
+    else:
+        # the rope columns are the same rows' columns [512, 576), through the latent copy's pointer and strides.
+        # With the rows loaded before the copies, this keeps the sm_90a code f84b55a was measured with; a version
+        # that interleaved them and read the rope through a second pointer ran 5-8% slower (ab-ring-2ba1cfa.txt)
+        _issue_tile(rope_s.index(slot), blocks_ptr, rows_r, ok_r, layer_off, stride_b, stride_s, D_LAT, D_ROPE,
+                    PAGE_SIZE, _rope_copy())
 
 
 @gluon.jit
@@ -271,10 +279,12 @@ def _mla_sparse_decode_ring_kernel(
 
     lat_s = gl.allocate_shared_memory(blocks_ptr.dtype.element_ty, [NUM_SLOTS, BLOCK_N, D_LAT], _smem())
     rope_s = gl.allocate_shared_memory(dtype, [NUM_SLOTS, BLOCK_N, D_ROPE], _smem())
-    sc_s = gl.allocate_shared_memory(gl.float32, [NUM_SLOTS, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     if FP8:
+        sc_s = gl.allocate_shared_memory(gl.float32, [NUM_SLOTS, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
         # the slot being computed, widened to bf16
         lat_bf = gl.allocate_shared_memory(dtype, [BLOCK_N, D_LAT], _smem())
+    else:
+        sc_s = lat_s  # not read: a cache without scales
     q_s = gl.allocate_shared_memory(dtype, [BLOCK_M, D_LAT], _smem())
     qr_s = gl.allocate_shared_memory(dtype, [BLOCK_M, D_ROPE], _smem())
     idx_s = gl.allocate_shared_memory(gl.int32, [NUM_IDX, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
