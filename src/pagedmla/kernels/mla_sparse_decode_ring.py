@@ -26,8 +26,14 @@ handing P to every warp. With one split a program finishes its rows (sink, norma
 writes a normalized partial and its LSE in the Triton kernel's layout, and
 `mla_sparse_decode._mla_sparse_decode_combine_kernel` merges them.
 
-Scope (the launcher checks it, else the Triton kernel runs): a Hopper GPU, q and cache both bf16 or both fp16,
-DeepSeek's 512 + 64 dims, at most 16 heads, one query token per group, the main index stream only.
+The rope-aware FP8 row (with a bf16 q): the slot holds the raw e4m3 latent, the bf16 rope columns and the
+rows' scales; before its MMAs the block's latent is widened to bf16 into one more shared tile (exactly, with
+`pagedmla.kernels.fp8`'s conversion), and the row's scale multiplies the latent logits and P's column. The
+widening makes this path bound by its math, not by its bytes.
+
+Scope (the launcher checks it, else the Triton kernel runs): a Hopper GPU; q and cache both bf16 or both fp16,
+or a bf16 q with the rope-aware FP8 cache; DeepSeek's 512 + 64 dims; at most 16 heads; one query token per
+group; the main index stream only.
 Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave the kernel in natural log.
 """
 
