@@ -95,11 +95,8 @@ def test_hopper_only_kernels_compile_and_fit():
 @pytest.mark.skipif(not os.path.exists(PTXAS), reason="the triton wheel has no bundled ptxas")
 def test_sparse_ring_fits_twice_per_sm():
     """The Gluon sparse ring kernel at its default 2 slots (bf16 with sink and split, fp16 whole rows, the
-    rope-aware FP8 row) fits twice
-    in an SM's shared memory, as `ring_config` schedules it, spills nothing, and its 4 warps fit twice in the
-    register file (the CPU tier's check of a kernel the interpreter cannot run)."""
-    import re
-
+    rope-aware FP8 row) fits twice in an SM's shared memory, as `ring_config` schedules it, and spills nothing
+    (the CPU tier's check of a kernel the interpreter cannot run)."""
     from pagedmla.configs.sparse_decode import RING_SLOTS
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -113,5 +110,3 @@ def test_sparse_ring_fits_twice_per_sm():
     lines = [ln for ln in res.stdout.splitlines() if "shared bytes:" in ln]
     assert len(lines) == 3, res.stdout[-2000:]
     assert all("0 bytes spill stores" in ln for ln in lines), lines
-    regs = [int(r) for r in re.findall(r"Used (\d+) registers", res.stdout)]
-    assert len(regs) == 3 and max(regs) * 128 * 2 <= 65536, regs

@@ -448,11 +448,12 @@ def test_combine_tile_bounds_registers():
 
 # ---- the Gluon ring kernel (16 rows or fewer, bf16/fp16 cache; Hopper) ----
 
-def _ring_case(heads, dtype, *, cache, new, lengths, page_size=64, sink=False, config=None, seed=0, q_mult=0.5):
+def _ring_case(heads, dtype, *, cache, new, lengths, page_size=64, sink=False, config=None, seed=0, q_mult=0.5,
+               parts=None):
     """A sparse decode of `heads` heads on a `dtype` cache ("fp8": the rope-aware FP8 row with a bf16 q; NaN in
     every unused slot and spare block, index rows with -1 holes, columns past `lengths` naming NaN rows and
-    out-of-pool ids), run through the public op (or the launcher with `config`) on the GPU and checked against
-    the float32 reference."""
+    out-of-pool ids), run through the public op (`parts`: its num_partitions, the programs per index row; or
+    the launcher with `config`) on the GPU and checked against the float32 reference."""
     from pagedmla.ops._triton_sparse_decode import sparse_decode
 
     dev = torch.device("cuda")
@@ -481,7 +482,7 @@ def _ring_case(heads, dtype, *, cache, new, lengths, page_size=64, sink=False, c
         got, got_lse = pm.mla_decode_kv_cache_ragged(
             q.to(dev), pb.input_row_offsets.to(dev), kv, 1, 0.1, mask="null", output=got, indices=idx.to(dev),
             topk_lengths=kw["topk_lengths"].to(dev), attn_sink=sink_dev, qk_rope_head_dim=V32_ROPE,
-            per_token_scale_rope_aware=rope_aware, return_lse=True, backend="triton")
+            per_token_scale_rope_aware=rope_aware, num_partitions=parts, return_lse=True, backend="triton")
     else:
         sparse_decode(q.to(dev), pb.input_row_offsets.to(dev), kv.blocks, kv.cache_lengths, kv.lookup_table, kv.scales,
                       1, 0.1, 0, -1, config.num_splits, got, got_lse, qk_rope_head_dim=V32_ROPE, rope_aware=rope_aware,
@@ -494,26 +495,33 @@ def _ring_case(heads, dtype, *, cache, new, lengths, page_size=64, sink=False, c
 
 
 RING_CASES = [
-    # heads, dtype, page size, cached / new tokens, top-k lengths (0: a sequence with no key; 40: fewer blocks
-    # than ring slots), sink
-    pytest.param(16, torch.bfloat16, 64, [3000, 5200, 90], [2, 1, 1], [2048, 1900, 40], False, id="H16-bf16-ps64"),
-    pytest.param(16, torch.bfloat16, 16, [700, 1500, 33], [1, 2, 1], [600, 1000, 0], True, id="H16-bf16-ps16-sink"),
-    pytest.param(7, torch.float16, 1, [300, 260], [2, 1], [250, 200], True, id="H7-fp16-ps1-sink"),
-    pytest.param(1, torch.bfloat16, 64, [5000], [1], [4000], False, id="H1-bf16-one-token"),
-    pytest.param(16, "fp8", 64, [3000, 5200, 90], [2, 1, 1], [2048, 1900, 40], True, id="H16-rope-fp8-ps64-sink"),
-    pytest.param(5, "fp8", 16, [700, 300], [1, 2], [600, 0], False, id="H5-rope-fp8-ps16"),
+    # heads, dtype, page size, cached / new tokens, top-k lengths (0: a sequence with no key; 20: one block, fewer
+    # than the ring's slots), sink, programs per index row (None: the heuristic's, which splits these small
+    # batches; 1: whole rows, the path of batches that fill the GPU)
+    pytest.param(16, torch.bfloat16, 64, [3000, 5200, 90], [2, 1, 1], [2048, 1900, 20], False, None,
+                 id="H16-bf16-ps64"),
+    pytest.param(16, torch.bfloat16, 16, [700, 1500, 33], [1, 2, 1], [600, 1000, 0], True, None,
+                 id="H16-bf16-ps16-sink"),
+    pytest.param(7, torch.float16, 1, [300, 260], [2, 1], [250, 200], True, None, id="H7-fp16-ps1-sink"),
+    pytest.param(16, torch.float16, 64, [900, 40, 500], [1, 1, 2], [700, 0, 20], True, 1,
+                 id="H16-fp16-whole-rows-sink-len0"),
+    pytest.param(1, torch.bfloat16, 64, [5000], [1], [4000], False, None, id="H1-bf16-one-token"),
+    pytest.param(16, "fp8", 64, [3000, 5200, 90], [2, 1, 1], [2048, 1900, 20], True, None,
+                 id="H16-rope-fp8-ps64-sink"),
+    pytest.param(5, "fp8", 16, [700, 300], [1, 2], [600, 0], False, 1, id="H5-rope-fp8-ps16-whole-rows-len0"),
 ]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("heads, dtype, page_size, cache, new, lengths, sink", RING_CASES)
-def test_gpu_sparse_ring_matches_reference(heads, dtype, page_size, cache, new, lengths, sink, call_counter):
-    """The public op runs the Gluon ring kernel for up to 16 heads of a bf16/fp16 cache (its launches are
-    counted, so a dispatch regression that falls back to the Triton kernel fails here)."""
+@pytest.mark.parametrize("heads, dtype, page_size, cache, new, lengths, sink, parts", RING_CASES)
+def test_gpu_sparse_ring_matches_reference(heads, dtype, page_size, cache, new, lengths, sink, parts, call_counter):
+    """The public op runs the Gluon ring kernel for up to 16 heads of a bf16/fp16 cache or the rope-aware FP8
+    one (its launches are counted, so a dispatch regression that falls back to the Triton kernel fails here)."""
     from pagedmla.ops import _triton_sparse_decode
 
     launches = call_counter(_triton_sparse_decode, "_launch_ring")
-    _ring_case(heads, dtype, cache=cache, new=new, lengths=lengths, page_size=page_size, sink=sink, seed=heads)
+    _ring_case(heads, dtype, cache=cache, new=new, lengths=lengths, page_size=page_size, sink=sink, seed=heads,
+               parts=parts)
     assert launches[0] == 1
 
 
@@ -537,8 +545,8 @@ def test_gpu_sparse_ring_configs(dtype, slots, splits, call_counter):
 @pytest.mark.gpu
 @pytest.mark.parametrize("q_mult", [3e5, 2e-6, 0.0], ids=["huge-q", "tiny-q", "zero-q"])
 def test_gpu_sparse_ring_fp8_q_range(q_mult, call_counter):
-    """The FP8 row's latent MMAs run in fp16 with q scaled by a power of two: q far outside fp16's range (values
-    up to about 1e6, and about 1e-5, where fp16 is subnormal) and an all-zero q still match the reference."""
+    """The FP8 row on the ring kernel with q of extreme magnitudes (values up to about 1e6, logits far past
+    exp2's range unless shifted by the running max; and about 1e-5) and an all-zero q (uniform weights)."""
     from pagedmla.ops import _triton_sparse_decode
 
     launches = call_counter(_triton_sparse_decode, "_launch_ring")
@@ -547,9 +555,10 @@ def test_gpu_sparse_ring_fp8_q_range(q_mult, call_counter):
 
 
 @pytest.mark.gpu
-def test_gpu_sparse_ring_all_minus_one_rows(call_counter):
+@pytest.mark.parametrize("parts", [None, 1], ids=["split", "whole-rows"])
+def test_gpu_sparse_ring_all_minus_one_rows(parts, call_counter):
     """Index rows whose counted entries are all -1 (and one of length 0) give 0 and LSE -inf on the ring kernel,
-    and their neighbours are unaffected."""
+    with a sink (a +inf one on head 1), split across programs and whole; their neighbours are unaffected."""
     from pagedmla.ops import _triton_sparse_decode
 
     launches = call_counter(_triton_sparse_decode, "_launch_ring")
@@ -563,16 +572,20 @@ def test_gpu_sparse_ring_all_minus_one_rows(call_counter):
     q = torch.randn(pb.num_rows, 16, 576, generator=gen).bfloat16()
     kv = pb.kv.replace(blocks=pb.kv.blocks.to(dev), cache_lengths=pb.kv.cache_lengths.to(dev),
                        lookup_table=pb.kv.lookup_table.to(dev))
+    sink = torch.randn(16, generator=gen)
+    sink[1] = float("inf")
     out, lse = pm.mla_decode_kv_cache_ragged(q.to(dev), pb.input_row_offsets.to(dev), kv, 0, 0.1, mask="null",
                                              indices=idx.to(dev), topk_lengths=torch.tensor(lengths, dtype=I32,
                                                                                             device=dev),
-                                             qk_rope_head_dim=64, return_lse=True, backend="triton")
+                                             attn_sink=sink.to(dev), num_partitions=parts, qk_rope_head_dim=64,
+                                             return_lse=True, backend="triton")
     assert launches[0] == 1
     for g in (0, 1):
         assert torch.equal(out[g].cpu(), torch.zeros_like(out[g].cpu())), g
         assert torch.isneginf(lse[g].cpu()).all(), g
     assert torch.isfinite(out[2].cpu().float()).all() and torch.isfinite(lse[2].cpu()).all()
     assert out[2].abs().sum() > 0
+    assert torch.equal(out[2, 1].cpu(), torch.zeros_like(out[2, 1].cpu()))  # the +inf sink takes all the weight
 
 
 def test_sparse_ring_dispatch_rules(monkeypatch):
@@ -597,6 +610,10 @@ def test_sparse_ring_dispatch_rules(monkeypatch):
     assert not sd.sparse_ring_ready(q, blocks[..., :320], out[..., :256], None, None, **base)
     padded = torch.empty(4, 1, 2, 64, 1, 580, dtype=torch.bfloat16)[..., :576]  # rows 1160 bytes apart
     assert not sd.sparse_ring_ready(q, padded, out, None, None, **base)
+    # 16-byte aligned rows whose stride is not a multiple of 16 elements: the compiler cannot prove the copies'
+    # alignment (it compiles 2-byte copies, which cp.async does not have)
+    padded = torch.empty(4, 1, 2, 64, 1, 584, dtype=torch.bfloat16)[..., :576]
+    assert not sd.sparse_ring_ready(q, padded, out, None, None, **base)
     fp8 = torch.empty(4, 1, 2, 64, 1, 640, dtype=torch.float8_e4m3fn)
     scales = torch.empty(4, 1, 2, 64, 1, 1)
     rope = dict(base, rope_aware=True)
@@ -605,8 +622,30 @@ def test_sparse_ring_dispatch_rules(monkeypatch):
     assert not sd.sparse_ring_ready(q, fp8, out, None, None, **rope)
     assert not sd.sparse_ring_ready(q, fp8, out, scales, None, **base)
     assert not sd.sparse_ring_ready(q, fp8[..., :576], out, scales, None, **rope)
+    # FP8 rows 656 bytes apart: the rope part's bf16 view has a stride of 328 elements, not a multiple of 16
+    assert not sd.sparse_ring_ready(q, torch.empty(4, 1, 2, 64, 1, 656, dtype=torch.float8_e4m3fn)[..., :640], out,
+                                    scales, None, **rope)
     monkeypatch.setattr(sd, "is_hopper", lambda device: False)
     assert not sd.sparse_ring_ready(q, blocks, out, None, None, **base)
+
+
+def test_sparse_ring_rejects_one_slot(monkeypatch):
+    """A config with a ring of one slot (or more than 8) is a ValueError, not a wrong answer: the copy schedule
+    needs a slot to compute in while the next block lands."""
+    from pagedmla.configs.sparse_decode import ring_config
+    from pagedmla.ops import _triton_sparse_decode as sd
+
+    monkeypatch.setattr(sd, "sparse_ring_ready", lambda *a, **k: True)
+    monkeypatch.setattr(sd, "interpreter_enabled", lambda: False)
+    pb = make_paged_batch([40], [1], head_size=576, page_size=16, seed=1, dtype=torch.bfloat16)
+    idx = torch.zeros(1, 32, dtype=I32)
+    for slots in (1, 9):
+        with pytest.raises(ValueError, match="ring_slots"):
+            sd.sparse_decode(torch.zeros(1, 16, 576, dtype=torch.bfloat16), pb.input_row_offsets, pb.kv.blocks,
+                             pb.kv.cache_lengths, pb.kv.lookup_table, None, 0, 0.1, 0, -1, 1,
+                             torch.empty(1, 16, 512, dtype=torch.bfloat16), torch.empty(1, 16), indices=idx,
+                             topk_lengths=torch.ones(1, dtype=I32), config=ring_config(num_groups=1, topk=32,
+                                                                                       num_sms=132, slots=slots))
 
 
 def test_sparse_ring_heuristic():

@@ -21,8 +21,9 @@ class SparseDecodeConfig:
         prefetch_indices: load each block's indices an iteration ahead (see `_attend_stream`).
         ring_slots: run the Gluon kernel `pagedmla.kernels.mla_sparse_decode_ring` with a ring of this many 32-key
             slots instead of the Triton kernel (0); only for calls it can take (`ops._triton_sparse_decode.
-            sparse_ring_ready`: Hopper, bf16/fp16, at most 16 rows per group). block_m, block_n, num_warps and
-            num_stages then describe that kernel's fixed tiling (16, 32, 4, 1).
+            sparse_ring_ready`: Hopper, a bf16/fp16 cache or the rope-aware FP8 one, at most 16 rows per group);
+            2 to 8. block_m, block_n, num_warps and num_stages then describe that kernel's fixed tiling (16, 32,
+            4, 1).
         combine_block_r, combine_block_dv, combine_num_warps: rows and output columns per program, and warps, of
             the combine kernel (4 whole 512-column rows: 113.7 us against 118.2 us for 8 rows x 128 columns at
             16 heads, bf16, B = 64, 2 query tokens, 2 splits, H200; the columns are capped at kv_lora_rank, and

@@ -66,6 +66,17 @@ def _smem():
 
 
 @gluon.constexpr_function
+def _smem8():
+    """Shared layout of the e4m3 latent tiles: 16-byte vectors (16 values), swizzled like `_smem`."""
+    return gl.SwizzledSharedLayout(vec=16, per_phase=1, max_phase=8, order=[1, 0])
+
+
+@gluon.constexpr_function
+def _ring_layout(fp8):
+    return _smem8() if fp8 else _smem()
+
+
+@gluon.constexpr_function
 def _lat_copy():
     """Copies of a block's latent rows `[32, 512]`: 16 bytes per thread, a warp per row."""
     return gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
@@ -251,9 +262,10 @@ def _store_chunk(ptr, row_off, c: gl.constexpr, acc, scale, rows_ok):
 
 
 # no recompile when a size becomes 1 or changes its divisibility by 16 (a multi-second compile in the middle of
-# serving, or inside a CUDA-graph capture); the page size is a compile-time constant (fixed per cache), so that
-# a row id splits into page and slot with shifts
-@gluon.jit(do_not_specialize=["batch", "num_heads", "num_splits", "layer_idx", "pool_rows", "topk"])
+# serving, or inside a CUDA-graph capture; `stride_pl_s` is tokens x heads), while the strides of the cache and
+# of the outputs stay specialized (the 16-byte copies need their divisibility); the page size is a
+# compile-time constant (fixed per cache), so that a row id splits into page and slot with shifts
+@gluon.jit(do_not_specialize=["batch", "num_heads", "num_splits", "layer_idx", "pool_rows", "topk", "stride_pl_s"])
 def _mla_sparse_decode_ring_kernel(
     q_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, offsets_ptr, sink_ptr, idx_ptr, topk_len_ptr, blocks_ptr,
     rope_ptr, scales_ptr,
@@ -283,7 +295,7 @@ def _mla_sparse_decode_ring_kernel(
     tok = gl.program_id(0)
     split = gl.program_id(1)
 
-    lat_s = gl.allocate_shared_memory(blocks_ptr.dtype.element_ty, [NUM_SLOTS, BLOCK_N, D_LAT], _smem())
+    lat_s = gl.allocate_shared_memory(blocks_ptr.dtype.element_ty, [NUM_SLOTS, BLOCK_N, D_LAT], _ring_layout(FP8))
     rope_s = gl.allocate_shared_memory(dtype, [NUM_SLOTS, BLOCK_N, D_ROPE], _smem())
     if FP8:
         sc_s = gl.allocate_shared_memory(gl.float32, [NUM_SLOTS, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))

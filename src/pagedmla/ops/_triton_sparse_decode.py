@@ -74,8 +74,9 @@ def sparse_ring_ready(q, blocks, out, scales, q_scale, *, rope_aware: bool, fold
     """Whether the Gluon ring kernel (`kernels.mla_sparse_decode_ring`) can take this call: Triton 3.6 on a Hopper
     GPU; q and cache both bf16 or both fp16 without scales, or a bf16 q with the rope-aware FP8 cache (its
     scales contiguous); DeepSeek's 512 + 64 dims; at most 16 heads; one query token per index row (no
-    fold_shared_index); no extra stream; unit last strides; cache rows whose 16-byte chunks are aligned (the
-    copies are 16 bytes wide)."""
+    fold_shared_index); no extra stream; unit last strides; a 16-byte aligned cache whose page, layer and slot
+    strides are multiples of 32 bytes (the copies are 16 bytes wide, and the compiler knows a stride's alignment
+    only from its value's divisibility by 16 elements: 2-byte elements, or the rope-aware row's bf16 view)."""
     if rope_aware:
         cache_ok = (q.dtype == torch.bfloat16 and blocks.dtype == torch.float8_e4m3fn and blocks.shape[-1] == 640
                     and scales is not None and scales.stride(-1) == 1)
@@ -85,7 +86,7 @@ def sparse_ring_ready(q, blocks, out, scales, q_scale, *, rope_aware: bool, fold
     return (_RING_AVAILABLE and cache_ok and is_hopper(q.device) and q_scale is None and not fold and not has_extra
             and q.shape[1] <= 16 and q.shape[-1] == 576 and out.shape[-1] == 512 and q.stride(-1) == 1
             and out.stride(-1) == 1 and blocks.stride(-1) == 1 and blocks.data_ptr() % 16 == 0
-            and all(blocks.stride(d) * row_bytes % 16 == 0 for d in (0, 2, 3)))
+            and all(blocks.stride(d) * row_bytes % 32 == 0 for d in (0, 2, 3)))
 
 
 def _launch_ring(q, out, lse, part_out, part_lse, offsets, sink, indices, topk_lengths, stream, layer_idx: int,
@@ -166,6 +167,9 @@ def sparse_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, sca
     if cfg.ring_slots and not ring:
         raise ValueError(f"Invalid config: expected ring_slots 0 for a call the Gluon ring kernel cannot take "
                          f"(see sparse_ring_ready), got {cfg.ring_slots}")
+    if cfg.ring_slots and not 2 <= cfg.ring_slots <= 8:
+        # one slot cannot hold a block while the next one is copied (the copy schedule needs two)
+        raise ValueError(f"Invalid config: expected ring_slots 0 or 2 to 8, got {cfg.ring_slots}")
     splits = _split_count(num_partitions, cfg.num_splits)
     num_tiles = triton.cdiv(rows_per_group, cfg.block_m)
     if splits > 1:

@@ -284,7 +284,8 @@ def mla_decode_kv_cache_ragged(q: Tensor, input_row_offsets: Tensor, kv_collecti
             # only for fold_shared_index (a host sync unless the collection carries it). No host-to-device copy
             # either, so that a call without a plan can be captured in a CUDA graph.
             max_q = max_seq_length(kv, input_row_offsets) if fold_shared_index else 1
-            plan = DecodePlan(torch.zeros(4, dtype=torch.int32, device=kv.device), batch, max_q, 1,
+            # scalar_args is left unset: no sparse launcher (Triton or reference) reads it
+            plan = DecodePlan(torch.empty(4, dtype=torch.int32, device=kv.device), batch, max_q, 1,
                               torch.empty(0, dtype=torch.int32, device=kv.device), "reference")
     elif not isinstance(plan, DecodePlan):
         raise ValueError(f"Invalid type of plan: expected DecodePlan (from mla_decode_plan), got {type(plan).__name__}")
