@@ -186,15 +186,17 @@ def configs_for(case: Case, extra: list[DecodeConfig] | None = None) -> list[Dec
 
 
 def parse_config(text: str) -> DecodeConfig:
-    """`block_m,block_n,warps,stages[,prefetch][,interior][,ws][,r<N>]`: `prefetch` loads the table entries a
-    block ahead, `interior` runs the fully visible key blocks in an unmasked loop of their own, `ws` takes the
-    warp-specialized Gluon kernel where it applies, `r<N>` caps the registers per thread at N."""
+    """`block_m,block_n,warps,stages[,prefetch][,interior][,ws][,r<N>][,ring<N>]`: `prefetch` loads the table
+    entries a block ahead, `interior` runs the fully visible key blocks in an unmasked loop of their own, `ws`
+    takes the warp-specialized Gluon kernel where it applies, `r<N>` caps the registers per thread at N,
+    `ring<N>` runs the Gluon ring kernel with N slots (`16,32,4,1,ring2` is `configs.decode.RING`)."""
     parts = text.split(",")
     m, n, w, st = (int(x) for x in parts[:4])
-    regs = [int(x[1:]) for x in parts[4:] if x.startswith("r")]
+    regs = [int(x[1:]) for x in parts[4:] if x.startswith("r") and x[1:].isdigit()]
+    ring = [int(x[4:]) for x in parts[4:] if x.startswith("ring")]
     return DecodeConfig(block_m=m, block_n=n, num_warps=w, num_stages=st, prefetch_table="prefetch" in parts[4:],
                         unmasked_interior="interior" in parts[4:], maxnreg=regs[0] if regs else None,
-                        warp_specialized="ws" in parts[4:])
+                        warp_specialized="ws" in parts[4:], ring_slots=ring[0] if ring else 0)
 
 
 def kernel_times(fn, calls: int = 20) -> dict[str, float]:
@@ -286,7 +288,8 @@ def main() -> None:
                 results.append(row)
                 tag = "default" if cfg is None else (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages,
                                                      cfg.prefetch_table, cfg.unmasked_interior, cfg.maxnreg,
-                                                     "ws" if cfg.warp_specialized else "")
+                                                     "ws" if cfg.warp_specialized else "",
+                                                     f"ring{cfg.ring_slots}" if cfg.ring_slots else "")
                 print(f"  B{batch} N{keys} H{heads} q{q_len}{' fp8' if fp8 else ''} W{w} {tag}: "
                       f"{row['us']:.1f} us  {row['tbps']:.2f} TB/s  {row['tflops']:.0f} TFLOP/s  err {err:.2e}",
                       flush=True)

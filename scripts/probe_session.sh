@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one, after a review: the whole sparse gpu tier (new: whole-row ring
-# cases with rows of no key and a sink, fp16 whole rows) and the harness's 16-head rows, with the FP8 ring's
-# e4m3 tiles copied 16 bytes at a time (they were 8).
+# One device call (edit per session). This one: the new dense ring kernel (kernels/mla_decode_ring.py): its gpu
+# tests, then a probe of 16-head dense decode, ring against the Triton tiles at their worker counts.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_sparse_decode_triton.py \
-  > "$OUT/gpu-tests-sparse-$COMMIT.txt" 2>&1
-echo "tests rc $?"; tail -2 "$OUT/gpu-tests-sparse-$COMMIT.txt"; grep -E "^FAILED|Error" "$OUT/gpu-tests-sparse-$COMMIT.txt" | head -20
-timeout 100 python3 -m pagedmla.cli bench sparse --heads 16 --kv-dtype bf16 fp8 --batch 64 128 --no-reference \
-  --commit "$COMMIT" --json "$OUT/bench-sparse-h16-fp8-$COMMIT.json" > "$OUT/bench-sparse-h16-fp8-$COMMIT.txt" 2>&1
-echo "bench h16 rc $?"; grep -E "^ceilings|^sparse" "$OUT/bench-sparse-h16-fp8-$COMMIT.txt" | cut -c1-160
+timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rf -x tests/test_decode_triton.py -k "ring" \
+  > "$OUT/gpu-tests-ring-$COMMIT.txt" 2>&1
+echo "tests rc $?"; tail -2 "$OUT/gpu-tests-ring-$COMMIT.txt"; grep -E "^FAILED|Error|error" "$OUT/gpu-tests-ring-$COMMIT.txt" | head -20
+timeout 300 python3 benchmarks/decode_probe.py --sweep --workers 128,256 \
+  --case 64,4096,16,1 --case 128,4096,16,1 --case 128,8192,16,1 --case 16,4096,16,1 \
+  --config 16,64,8,5,interior --config 16,32,4,1,ring2 > "$OUT/ring-probe-$COMMIT.txt" 2>&1
+echo "probe rc $?"; cat "$OUT/ring-probe-$COMMIT.txt" | cut -c1-150
+timeout 120 python3 benchmarks/decode_probe.py --sweep --workers 129,264 --case 1,16384,16,1 \
+  --config 16,64,8,5,interior --config 16,32,4,1,ring2 > "$OUT/ring-probe-b1-$COMMIT.txt" 2>&1
+echo "probe b1 rc $?"; grep -v "^#" "$OUT/ring-probe-b1-$COMMIT.txt" | cut -c1-150
+timeout 120 python3 benchmarks/decode_probe.py --sweep --workers 128,256 --case 64,4096,16,1,fp8 \
+  --case 128,4096,16,1,fp8 --config 16,32,4,4,prefetch --config 16,32,4,1,ring2 > "$OUT/ring-probe-fp8-$COMMIT.txt" 2>&1
+echo "probe fp8 rc $?"; grep -v "^#" "$OUT/ring-probe-fp8-$COMMIT.txt" | cut -c1-150

@@ -93,20 +93,22 @@ def test_hopper_only_kernels_compile_and_fit():
 
 
 @pytest.mark.skipif(not os.path.exists(PTXAS), reason="the triton wheel has no bundled ptxas")
-def test_sparse_ring_fits_twice_per_sm():
-    """The Gluon sparse ring kernel at its default 2 slots (bf16 with sink and split, fp16 whole rows, the
-    rope-aware FP8 row) fits twice in an SM's shared memory, as `ring_config` schedules it, and spills nothing
-    (the CPU tier's check of a kernel the interpreter cannot run)."""
-    from pagedmla.configs.sparse_decode import RING_SLOTS
+def test_ring_kernels_fit_twice_per_sm():
+    """The Gluon ring kernels at their default 2 slots (sparse: bf16 with sink and split, fp16 whole rows, the
+    rope-aware FP8 row; dense: bf16 with sink, fp16 on 16-slot pages, the rope-aware FP8 row) fit twice in an
+    SM's shared memory, as their configs schedule them, and spill nothing (the CPU tier's check of kernels the
+    interpreter cannot run)."""
+    from pagedmla.configs import decode, sparse_decode
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
-    assert RING_SLOTS == 2
-    cases = "sparse-ring-s2,sparse-ring-s2-fp16-whole,sparse-ring-s2-fp8"
+    assert sparse_decode.RING_SLOTS == 2 and decode.RING_SLOTS == 2
+    cases = ("sparse-ring-s2,sparse-ring-s2-fp16-whole,sparse-ring-s2-fp8,decode-ring-s2,decode-ring-s2-fp16-p16,"
+             "decode-ring-s2-fp8")
     res = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "compile_sm90.py"), cases,
                           "--max-shared", str(H200_SM_SHARED_BYTES // 2 - 1024)], capture_output=True, text=True,
                          env=env, timeout=600, check=False)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     lines = [ln for ln in res.stdout.splitlines() if "shared bytes:" in ln]
-    assert len(lines) == 3, res.stdout[-2000:]
+    assert len(lines) == 6, res.stdout[-2000:]
     assert all("0 bytes spill stores" in ln for ln in lines), lines

@@ -8,6 +8,7 @@ Caches come from `make_paged_batch` (NaN in unused slots, shuffled tables, huge 
 outputs are pre-filled with NaN so an unwritten row shows.
 """
 
+import dataclasses
 import itertools
 import math
 
@@ -17,6 +18,7 @@ import torch
 import pagedmla as pm
 from pagedmla.cache import KVCacheParams, PagedKVCacheCollection
 from pagedmla.configs.decode import (
+    RING,
     WARP_SPECIALIZED,
     CombineConfig,
     DecodeConfig,
@@ -645,7 +647,7 @@ def test_gpu_fp8_rope_aware_deepseek_shapes(fp8_features, heads, cache, new, q_k
     check_fp8_lowprec(got, lse, want, want_lse, low, low_lse)
 
 
-def run_launcher(pb, kv, q, cfg, *, parts=2, rope=ROPE, mask="causal", window=-1, combine=None):
+def run_launcher(pb, kv, q, cfg, *, parts=2, rope=ROPE, mask="causal", window=-1, combine=None, sink=None):
     """`launch_decode` with an explicit launch config (what the heuristic would not pick for these shapes)."""
     rope_aware = kv.params.per_token_scale_rope_aware
     latent = kv.params.head_size - (2 if rope_aware else 1) * rope
@@ -657,7 +659,7 @@ def run_launcher(pb, kv, q, cfg, *, parts=2, rope=ROPE, mask="causal", window=-1
                                  pm.MASKS[mask], window, out, lse, plan.schedule,
                                  max_seq_length=int(pb.input_row_offsets.diff().max()), qk_rope_head_dim=rope,
                                  scales=kv.scales, quant_granularity=kv.params.quantization_granularity or 0,
-                                 rope_aware=rope_aware, config=cfg, combine_config=combine)
+                                 rope_aware=rope_aware, config=cfg, combine_config=combine, attn_sink=sink)
     return out, lse
 
 
@@ -816,8 +818,10 @@ def test_gpu_fp8_two_programs_per_sm(q_kind, monkeypatch):
     """More workers than SMs (here asked for; the plan does it for big rope-aware FP8 batches) make the launcher
     pick the two-per-SM tile with a bf16 q (4 warps, 32 keys, 4 stages) and keep the 8-warp tile with an FP8 q:
     against the float32 reference, on a batch with a sequence of one key, short and long ones (16-row tiles:
-    one query token each); and a plan of a big batch has more workers than SMs."""
+    one query token each); and a plan of a big batch has more workers than SMs. (The Gluon ring kernel, which
+    would take the bf16 q, is switched off: its own tests are below.)"""
     from pagedmla.ops import _triton_decode
+    monkeypatch.setattr(_triton_decode, "decode_ring_ready", lambda *a, **k: False)
     picked = []
     pick = _triton_decode.heuristic
     monkeypatch.setattr(_triton_decode, "heuristic", lambda **kw: picked.append(pick(**kw)) or picked[-1])
@@ -986,3 +990,194 @@ def test_warp_specialized_dispatch_rules(monkeypatch):
     # 16 heads: 16- to 64-row tiles mixing query tokens; 96 heads: a tile would straddle two tokens
     assert not heuristic(num_heads=16, max_q=4, warp_specialized=True, **common).warp_specialized
     assert not heuristic(num_heads=96, max_q=1, warp_specialized=True, **common).warp_specialized
+
+
+# ------------------------------------------------------------------- GPU tier: the ring kernel (<= 16 rows)
+
+RING_CASES = [
+    # heads, page size, cached / new tokens, cache ("bf16", "fp16", "fp8": the rope-aware row with a bf16 q)
+    pytest.param(16, 64, [1000, 0, 63, 4000, 129], [1, 1, 1, 1, 1], "bf16", id="H16-ps64-q1"),
+    pytest.param(8, 16, [700, 31, 3, 1500], [2, 1, 2, 2], "bf16", id="H8-ps16-mtp"),
+    pytest.param(5, 1, [300, 2, 90], [3, 1, 0], "fp16", id="H5-ps1-mtp3-fp16"),
+    pytest.param(16, 64, [(53 * i) % 900 for i in range(40)], [1] * 40, "bf16", id="H16-ps64-B40"),
+    pytest.param(16, 64, [1000, 0, 63, 4000, 129], [1, 1, 1, 1, 1], "fp8", id="H16-ps64-rope-fp8"),
+    pytest.param(7, 16, [600, 45, 2100], [2, 1, 2], "fp8", id="H7-ps16-mtp-rope-fp8"),
+]
+
+
+def run_ring_case(heads, page_size, cache, new, kind, *, mask="causal", window=-1, sink=False, parts=None,
+                  config=None, seed=0):
+    """A dense decode of up to 16 rows per sequence through the public op (or `launch_decode` with `config`) on
+    the GPU, against the float32 reference: caches with NaN in unused slots and huge ids past the used pages,
+    outputs pre-filled with NaN."""
+    dtype = torch.float16 if kind == "fp16" else torch.bfloat16
+    pb, q = batch(cache, new, heads=heads, head_size=576, page_size=page_size, dtype=dtype, seed=seed,
+                  device="cuda")
+    sink_t = torch.randn(heads, generator=torch.Generator().manual_seed(seed + 5)).cuda() if sink else None
+    kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64) if kind == "fp8" else pb.kv
+    if config is not None:
+        got, lse = run_launcher(pb, kv, q, config, parts=parts, rope=64, mask=mask, window=max(window, 0),
+                                sink=sink_t)
+    elif kind == "fp8":
+        got, lse = run_fp8(pb, kv, q, mask=mask, window=window, sink=sink_t, parts=parts, rope=64)
+    else:
+        got, lse = run_triton(pb, q, mask=mask, window=window, sink=sink_t, parts=parts, rope=64)
+    if kind == "fp8":
+        want, want_lse = fp8_reference(pb, kv, q.float(), mask=mask, window=window, sink=sink_t, rope=64)
+        low, low_lse = fp8_lowprec(pb, kv, q.float(), torch.bfloat16, mask=mask, window=window, sink=sink_t,
+                                   rope=64)
+        check_fp8_lowprec(got, lse, want, want_lse, low, low_lse)
+    else:
+        want, want_lse = reference(pb, q, mask, window, sink_t, rope=64)
+        check_lowprec(pb, q, got, lse, want, want_lse, mask=mask, window=window, sink=sink_t, rope=64)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads,page_size,cache,new,kind", RING_CASES)
+@pytest.mark.parametrize("mask,window", [("causal", -1), ("null", -1), ("sliding_window_causal", 100),
+                                         ("sliding_window_noncausal", 37), ("chunked_causal", 50)])
+@pytest.mark.parametrize("parts", [None, 7, 300], ids=["plan", "W7", "W300"])
+def test_gpu_ring(heads, page_size, cache, new, kind, mask, window, parts, fp8_features, call_counter):
+    """The public dense decode runs the Gluon ring kernel for up to 16 rows per sequence (its launches are
+    counted): every mask, a sink with the causal one, and every schedule (the plan's, few workers holding
+    several sequences, more workers than key blocks: empty ranges)."""
+    launches = call_counter(_triton_decode, "_launch_ring")
+    run_ring_case(heads, page_size, cache, new, kind, mask=mask, window=window, sink=mask == "causal",
+                  parts=parts, seed=heads + page_size)
+    assert launches[0] == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["bf16", "fp8"])
+@pytest.mark.parametrize("slots", [2, 3, 5])
+def test_gpu_ring_depths(kind, slots, fp8_features, call_counter):
+    """Every ring depth through `launch_decode` (pieces of split sequences and whole ones, a sequence of one
+    key, one with no query token)."""
+    launches = call_counter(_triton_decode, "_launch_ring")
+    cfg = dataclasses.replace(RING, ring_slots=slots)
+    run_ring_case(16, 64, [2500, 0, 800, 64, 9], [1, 1, 1, 0, 1], kind, sink=True, parts=9, config=cfg,
+                  seed=slots)
+    assert launches[0] == 1
+
+
+@pytest.mark.gpu
+def test_gpu_ring_cuda_graph_replay(call_counter):
+    """A captured 16-head decode step on the ring kernel (plan, split pieces, combine) replays with new lengths,
+    tables, cache contents and queries."""
+    launches = call_counter(_triton_decode, "_launch_ring")
+    steps = [([500, 31, 2000], [1, 1, 1]), ([900, 3, 64], [1, 1, 1]), ([0, 1500, 7], [1, 1, 1])]
+    heads, rows = 16, 3
+    first = make_paged_batch(*steps[0], head_size=576, page_size=64, dtype=torch.bfloat16, seed=71,
+                             device="cuda", spare_blocks=80, spare_table_columns=40)
+    kv = first.kv
+    static_q = torch.randn(rows, heads, 576, device="cuda").to(torch.bfloat16)
+    out = torch.full((rows, heads, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
+    plan = pm.mla_decode_plan(first.input_row_offsets, kv, num_heads=heads, backend="triton")
+    call = {"mask": "causal", "output": out, "plan": plan, "return_lse": True, "backend": "triton"}
+    pm.mla_decode_kv_cache_ragged(static_q, first.input_row_offsets, kv, 1, SCALE, **call)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _, lse = pm.mla_decode_kv_cache_ragged(static_q, first.input_row_offsets, kv, 1, SCALE, **call)
+    assert launches[0] == 2
+    for i, (cache, new) in enumerate(steps):
+        pb = make_paged_batch(cache, new, head_size=576, page_size=64, dtype=torch.bfloat16, seed=73 + i,
+                              device="cuda", spare_blocks=80, spare_table_columns=40)
+        kv.blocks.fill_(float("nan"))
+        kv.blocks[: pb.kv.blocks.shape[0]].copy_(pb.kv.blocks)
+        kv.lookup_table.fill_(2**30)
+        kv.lookup_table[:, : pb.kv.lookup_table.shape[1]].copy_(pb.kv.lookup_table)
+        kv.cache_lengths.copy_(pb.kv.cache_lengths)
+        first.input_row_offsets.copy_(pb.input_row_offsets)
+        static_q.copy_(torch.randn(rows, heads, 576, device="cuda").to(torch.bfloat16))
+        pm.mla_decode_plan(first.input_row_offsets, kv, num_heads=heads, out=plan)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        pb_view = type(pb)(kv, first.input_row_offsets, list(cache), list(new))
+        want, want_lse = reference(pb_view, static_q, rope=64)
+        check_lowprec(pb_view, static_q, out, lse, want, want_lse, rope=64)
+
+
+# ------------------------------------------------------------- CPU tier: the ring kernel's dispatch rules
+
+def test_ring_dispatch_rules(monkeypatch):
+    """`decode_ring_ready` on a Hopper GPU (patched in; CPU tensors): 16-bit q and cache of one dtype without
+    scales, or a bf16 q with the rope-aware FP8 row and its scales; 512 + 64 dims; at most 16 rows (heads x
+    query tokens) per sequence; a cache whose strides are multiples of 32 bytes. The plan expects the ring for
+    the same caches and row counts."""
+    monkeypatch.setattr(_triton_decode, "_WS_AVAILABLE", True)
+    monkeypatch.setattr(_triton_decode, "is_hopper", lambda device: True)
+    q = torch.empty(3, 16, 576, dtype=torch.bfloat16)
+    blocks = torch.empty(4, 1, 2, 64, 1, 576, dtype=torch.bfloat16)
+    out = torch.empty(3, 16, 512, dtype=torch.bfloat16)
+    ready = _triton_decode.decode_ring_ready
+    assert ready(q, blocks, out, None, None, False, 1)
+    assert ready(q[:, :8], blocks, out[:, :8], None, None, False, 2)  # 8 heads x 2 tokens
+    assert not ready(q[:, :8], blocks, out[:, :8], None, None, False, 3)  # 24 rows
+    assert not ready(q, blocks, out, None, None, False, 2)
+    assert ready(q.half(), blocks.half(), out.half(), None, None, False, 1)
+    assert not ready(q.half(), blocks, out, None, None, False, 1)
+    assert not ready(q.float(), blocks, out, None, None, False, 1)
+    assert not ready(q, blocks, out, torch.empty(1), None, False, 1)
+    assert not ready(q[..., :320], blocks[..., :320], out[..., :256], None, None, False, 1)
+    padded = torch.empty(4, 1, 2, 64, 1, 584, dtype=torch.bfloat16)[..., :576]  # rows 1168 bytes apart
+    assert not ready(q, padded, out, None, None, False, 1)
+    fp8 = torch.empty(4, 1, 2, 64, 1, 640, dtype=torch.float8_e4m3fn)
+    scales = torch.empty(4, 1, 2, 64, 1, 1)
+    assert ready(q, fp8, out, scales, None, True, 1)
+    assert not ready(q, fp8, out, None, None, True, 1)
+    assert not ready(q.half(), fp8, out.half(), scales, None, True, 1)
+    assert not ready(q, fp8, out, scales, torch.ones(3), True, 1)  # an FP8 q's scale
+    monkeypatch.setattr(_triton_decode, "interpreter_enabled", lambda: False)
+    cuda = torch.device("cuda")
+    bf16 = KVCacheParams(1, 576, True, 64, 1, torch.bfloat16)
+    assert _triton_decode.ring_planned(bf16, num_heads=16, max_q=1, device=cuda)
+    assert _triton_decode.ring_planned(bf16, num_heads=4, max_q=4, device=cuda)
+    assert not _triton_decode.ring_planned(bf16, num_heads=16, max_q=2, device=cuda)
+    assert not _triton_decode.ring_planned(KVCacheParams(1, 576, True, 64, 1, torch.float32), num_heads=16,
+                                           max_q=1, device=cuda)
+    rope = KVCacheParams(1, 640, True, 64, 1, torch.float8_e4m3fn, quantization_granularity=640,
+                         per_token_scale_rope_aware=True)
+    assert _triton_decode.ring_planned(rope, num_heads=16, max_q=1, device=cuda)
+    monkeypatch.setattr(_triton_decode, "is_hopper", lambda device: False)
+    assert not ready(q, blocks, out, None, None, False, 1)
+    assert not _triton_decode.ring_planned(bf16, num_heads=16, max_q=1, device=cuda)
+
+
+def test_ring_heuristics():
+    """`ring=True` picks the ring config for tiles of up to 16 rows only (and never in the interpreter), and a
+    plan that expects the ring schedules two workers per SM."""
+    from pagedmla.configs.decode import RING, RING_SLOTS, plan_heuristic, programs_per_sm
+    common = dict(kv_lora_rank=512, rope_dim=64, q_dtype=torch.bfloat16, cache_dtype=torch.bfloat16, batch=64)
+    assert heuristic(num_heads=16, max_q=1, ring=True, **common) == RING
+    assert (RING.block_m, RING.block_n, RING.num_warps, RING.ring_slots) == (16, 32, 4, RING_SLOTS)
+    assert heuristic(num_heads=8, max_q=2, ring=True, **common) == RING
+    assert heuristic(num_heads=16, max_q=2, ring=True, **common).ring_slots == 0
+    assert heuristic(num_heads=16, max_q=1, **common).ring_slots == 0
+    assert heuristic(num_heads=16, max_q=1, ring=True, interpret=True, **common).ring_slots == 0
+    assert programs_per_sm(num_heads=16, max_q=1, batch=64, max_keys=4096, rope_aware_fp8=False, ring=True) == 2
+    assert programs_per_sm(num_heads=16, max_q=2, batch=64, max_keys=4096, rope_aware_fp8=False, ring=True) == 1
+    assert plan_heuristic(batch=64, num_heads=16, max_q=1, max_keys=4096, num_sms=132,
+                          programs_per_sm=2).num_workers == 256
+
+
+def test_ring_rejects_bad_configs(monkeypatch):
+    """A ring config for a call the ring kernel cannot take, or a ring of one slot (or more than 8), is a
+    ValueError, not a wrong answer."""
+    pb, q = batch([40], [1], heads=16, head_size=576, page_size=16, dtype=torch.bfloat16, seed=1)
+    out = torch.empty(1, 16, 512, dtype=torch.bfloat16)
+    lse = torch.empty(1, 16)
+
+    def launch(cfg):
+        _triton_decode.launch_decode(q, pb.input_row_offsets, pb.kv.blocks, pb.kv.cache_lengths,
+                                     pb.kv.lookup_table, 0, 0.1, 1, 0, out, lse,
+                                     torch.zeros(3, 4, dtype=torch.int32), max_seq_length=1, qk_rope_head_dim=64,
+                                     config=cfg)
+    with pytest.raises(ValueError, match="ring_slots 0 for a call"):
+        launch(RING)
+    monkeypatch.setattr(_triton_decode, "decode_ring_ready", lambda *a, **k: True)
+    monkeypatch.setattr(_triton_decode, "interpreter_enabled", lambda: False)
+    for slots in (1, 9):
+        with pytest.raises(ValueError, match="ring_slots 0 or 2 to 8"):
+            launch(dataclasses.replace(RING, ring_slots=slots))

@@ -33,6 +33,10 @@ class DecodeConfig:
         warp_specialized: run the Gluon kernel `pagedmla.kernels.mla_decode_ws` (two consumer warpgroups,
             one of which issues the TMA copies) where it applies (`ops._triton_decode.decode_ws_ready`: Hopper, bf16, 512 + 64
             dims, heads and page size multiples of 64); other calls run `_mla_decode_kernel` with this config.
+        ring_slots: run the Gluon kernel `pagedmla.kernels.mla_decode_ring` with a ring of this many 32-key
+            slots (0: not); only for calls it can take (`ops._triton_decode.decode_ring_ready`: Hopper, a
+            bf16/fp16 cache or the rope-aware FP8 one, at most 16 rows per sequence); 2 to 8. block_m, block_n,
+            num_warps and num_stages then describe that kernel's fixed tiling (16, 32, 4, 1).
     """
 
     block_m: int = 64
@@ -43,6 +47,7 @@ class DecodeConfig:
     unmasked_interior: bool = False
     maxnreg: int | None = None
     warp_specialized: bool = False
+    ring_slots: int = 0
 
 
 # the Gluon kernel's fixed tiling (64 rows, 64-key blocks, two 4-warp consumers; block_n, num_warps and
@@ -101,16 +106,28 @@ def block_m_for(num_heads: int, max_q: int) -> int:
 TWO_PER_SM_MIN_KEYS = 1 << 19
 
 
-def programs_per_sm(*, num_heads: int, max_q: int, batch: int, max_keys: int, rope_aware_fp8: bool) -> int:
-    """Programs per SM the plan schedules workers for: 2 for the rope-aware FP8 cache at 16-row tiles with at
-    least TWO_PER_SM_MIN_KEYS keys in the batch, else 1.
+# slots of the Gluon 16-row ring kernel (`DecodeConfig.ring_slots`): two programs of 2 slots (94 KB of shared
+# memory each) share an SM, as the sparse ring kernel measured best (`configs.sparse_decode.RING_SLOTS`)
+RING_SLOTS = 2
+RING = DecodeConfig(block_m=16, block_n=32, num_warps=4, num_stages=1, ring_slots=RING_SLOTS)
+
+
+def programs_per_sm(*, num_heads: int, max_q: int, batch: int, max_keys: int, rope_aware_fp8: bool,
+                    ring: bool = False) -> int:
+    """Programs per SM the plan schedules workers for: 2 for the ring kernel (`ring`: the plan expects calls the
+    Gluon ring kernel takes, see `RING`), 2 for the rope-aware FP8 cache at 16-row tiles with at least
+    TWO_PER_SM_MIN_KEYS keys in the batch, else 1.
 
     Two 4-warp programs per SM (`heuristic`'s two-per-SM FP8 tile) hide each other's latency chains. On the
     H200 (benchmarks/decode_probe.py, 16 heads, one query token, benchmarks/results/session-6/
     fp8-two-per-sm-22ab22c.txt) against one 8-warp program per SM at the default workers: B128 N4096 252.0 ->
     238.9 us, B128 N8192 494.1 -> 460.3, B32 N32768 501.8 -> 471.1; B64 N4096 135.8 -> 135.6 (even), and
     smaller batches slower (B16 N4096 45.9 -> 52.8, B1 N16384 20.0 -> 21.7), hence the threshold."""
-    if not rope_aware_fp8 or block_m_for(num_heads, max_q) > 16:
+    if block_m_for(num_heads, max_q) > 16:
+        return 1
+    if ring:
+        return 2
+    if not rope_aware_fp8:
         return 1
     return 2 if batch * max_keys >= TWO_PER_SM_MIN_KEYS else 1
 
@@ -119,7 +136,7 @@ def programs_per_sm(*, num_heads: int, max_q: int, batch: int, max_keys: int, ro
 def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q_dtype: torch.dtype,
               cache_dtype: torch.dtype, batch: int = 64, interpret: bool = False,
               compute_dtype: torch.dtype | None = None, tile_scales: bool = False,
-              programs_per_sm: int = 1, warp_specialized: bool = False) -> DecodeConfig:
+              programs_per_sm: int = 1, warp_specialized: bool = False, ring: bool = False) -> DecodeConfig:
     """Tiles for one decode call (measured on an H200, see benchmarks/decode_probe.py).
 
     Every tile takes 8 warps: a 64-row tile needs two warpgroups for its `[64, kv_lora_rank]` float32
@@ -145,6 +162,10 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     167.0 us, B128 N4096 495.8 -> 322.4, B128 N8192 954.0 -> 612.5, B1 N16384 41.2 -> 32.3, MTP 2 / 4 tokens at
     B64 N4096 477.2 -> 314.3 and 964.7 -> 615.2.
 
+    `ring` (the launcher's `decode_ring_ready`: Hopper, a bf16/fp16 cache or the rope-aware FP8 one with a bf16 q,
+    512 + 64 dims, at most 16 rows per sequence): the Gluon ring kernel `pagedmla.kernels.mla_decode_ring`
+    (`RING`), whose plan schedules two workers per SM (`programs_per_sm`).
+
     FP8 cache or q (`compute_dtype` given: the MMA operands' dtype): the e4m3 tile is copied to shared memory
     as it is (the copies pipeline), converted in registers (`pagedmla.kernels.fp8._e4m3_to_bf16`) and stored
     back as bf16 for the MMAs, with the table entries loaded a block ahead. Measured on the H200 with the
@@ -169,6 +190,8 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
         return DecodeConfig(block_m=block_m, block_n=16, num_warps=1, num_stages=1, unmasked_interior=True)
     if warp_specialized and block_m == 64 and num_heads % 64 == 0:
         return WARP_SPECIALIZED
+    if ring and block_m <= 16:
+        return RING
     if compute_dtype is not None:
         if compute_dtype == torch.float32:
             return DecodeConfig(block_m=16, block_n=32, num_warps=8, num_stages=2)

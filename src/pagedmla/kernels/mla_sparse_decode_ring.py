@@ -122,34 +122,51 @@ def _idx_copy():
 
 
 @gluon.jit
-def _rows(idx, keys, count, pool_rows):
+def _rows(idx, keys, count, pool, DENSE: gl.constexpr, PAGE_SIZE: gl.constexpr):
     """(cache row of each key, whether it is a key): -1, out-of-pool entries and keys at or past `count` are no
-    key (row 0, never read)."""
-    ok = (keys < count) & (idx >= 0) & (idx < pool_rows)
+    key (row 0, never read). DENSE: the entries are the keys' lookup-table entries (pages, `pool` of them) and
+    key k is row `entry * PAGE_SIZE + k % PAGE_SIZE`; else they are rows (`pool` of them)."""
+    ok = (keys < count) & (idx >= 0) & (idx < pool)
+    if DENSE:
+        idx = idx * PAGE_SIZE + keys % PAGE_SIZE
     return gl.where(ok, idx, 0), ok
 
 
 @gluon.jit
-def _load_rows(idx_row, stride_idx_k, block, count, pool_rows, layout: gl.constexpr):
+def _entry_ptrs(idx_row, stride_idx_k, keys, DENSE: gl.constexpr, PAGE_SIZE: gl.constexpr):
+    """Addresses of the keys' entries: in the index row (sparse), or in the sequence's lookup-table row (DENSE,
+    one entry per page)."""
+    if DENSE:
+        return idx_row + keys // PAGE_SIZE
+    else:
+        return idx_row + keys.to(gl.int64) * stride_idx_k
+
+
+@gluon.jit
+def _load_rows(idx_row, stride_idx_k, block, count, pool, layout: gl.constexpr, DENSE: gl.constexpr,
+               PAGE_SIZE: gl.constexpr):
     """Index block `block`'s rows loaded from memory in `layout` (1-D): the prologue's blocks."""
     keys = block * BLOCK_N + gl.arange(0, BLOCK_N, layout)
-    idx = gl.load(idx_row + keys.to(gl.int64) * stride_idx_k, mask=keys < count, other=-1)
-    return _rows(idx, keys, count, pool_rows)
+    idx = gl.load(_entry_ptrs(idx_row, stride_idx_k, keys, DENSE, PAGE_SIZE), mask=keys < count, other=-1)
+    return _rows(idx, keys, count, pool, DENSE, PAGE_SIZE)
 
 
 @gluon.jit
-def _ring_rows(idx_s, block, count, pool_rows, NUM_IDX: gl.constexpr, layout: gl.constexpr):
+def _ring_rows(idx_s, block, count, pool, NUM_IDX: gl.constexpr, layout: gl.constexpr, DENSE: gl.constexpr,
+               PAGE_SIZE: gl.constexpr):
     """Index block `block`'s rows from its slot of the index ring, in `layout` (1-D)."""
     keys = block * BLOCK_N + gl.arange(0, BLOCK_N, layout)
-    return _rows(idx_s.index(block % NUM_IDX).load(layout), keys, count, pool_rows)
+    return _rows(idx_s.index(block % NUM_IDX).load(layout), keys, count, pool, DENSE, PAGE_SIZE)
 
 
 @gluon.jit
-def _copy_index_block(idx_s, idx_row, stride_idx_k, block, count, NUM_IDX: gl.constexpr):
-    """Asynchronous copy of index block `block` into its slot of the index ring (entries at or past `count`
-    are not read)."""
+def _copy_index_block(idx_s, idx_row, stride_idx_k, block, count, NUM_IDX: gl.constexpr, DENSE: gl.constexpr,
+                      PAGE_SIZE: gl.constexpr):
+    """Asynchronous copy of index block `block`'s entries into its slot of the index ring (entries at or past
+    `count` are not read)."""
     keys = block * BLOCK_N + gl.arange(0, BLOCK_N, _idx_copy())
-    async_copy.async_copy_global_to_shared(idx_s.index(block % NUM_IDX), idx_row + keys.to(gl.int64) * stride_idx_k,
+    async_copy.async_copy_global_to_shared(idx_s.index(block % NUM_IDX),
+                                           _entry_ptrs(idx_row, stride_idx_k, keys, DENSE, PAGE_SIZE),
                                            mask=keys < count)
 
 
@@ -176,34 +193,34 @@ def _lat_layout(fp8):
 
 @gluon.jit
 def _rows_in(idx_s, idx_row, stride_idx_k, block, count, pool_rows, NUM_IDX: gl.constexpr, FROM_RING: gl.constexpr,
-             layout: gl.constexpr):
+             layout: gl.constexpr, DENSE: gl.constexpr, PAGE_SIZE: gl.constexpr):
     """Index block `block`'s rows in `layout`: from the index ring, or (the prologue) loaded from memory."""
     if FROM_RING:
-        return _ring_rows(idx_s, block, count, pool_rows, NUM_IDX, layout)
+        return _ring_rows(idx_s, block, count, pool_rows, NUM_IDX, layout, DENSE, PAGE_SIZE)
     else:
-        return _load_rows(idx_row, stride_idx_k, block, count, pool_rows, layout)
+        return _load_rows(idx_row, stride_idx_k, block, count, pool_rows, layout, DENSE, PAGE_SIZE)
 
 
 @gluon.jit
 def _copy_block(lat_s, rope_s, sc_s, slot, idx_s, idx_row, stride_idx_k, block, count, pool_rows, blocks_ptr,
                 rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b, stride_s, stride_r_b,
                 stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE: gl.constexpr, ROPE_OFF: gl.constexpr,
-                FP8: gl.constexpr, NUM_IDX: gl.constexpr, FROM_RING: gl.constexpr):
+                FP8: gl.constexpr, NUM_IDX: gl.constexpr, FROM_RING: gl.constexpr, DENSE: gl.constexpr):
     """Asynchronous copies of index block `block`'s rows into ring slot `slot`: the latent tile (e4m3 for the
     rope-aware FP8 row), the rope tile and, for FP8, the rows' scales."""
     lat_layout: gl.constexpr = _lat_layout(FP8)
     # every copy layout's rows first, then the copies
     rows_l, ok_l = _rows_in(idx_s, idx_row, stride_idx_k, block, count, pool_rows, NUM_IDX, FROM_RING,
-                            gl.SliceLayout(1, lat_layout))
+                            gl.SliceLayout(1, lat_layout), DENSE, PAGE_SIZE)
     rows_r, ok_r = _rows_in(idx_s, idx_row, stride_idx_k, block, count, pool_rows, NUM_IDX, FROM_RING,
-                            gl.SliceLayout(1, _rope_copy()))
+                            gl.SliceLayout(1, _rope_copy()), DENSE, PAGE_SIZE)
     _issue_tile(lat_s.index(slot), blocks_ptr, rows_l, ok_l, layer_off, stride_b, stride_s, 0, D_LAT, PAGE_SIZE,
                 lat_layout)
     if FP8:
         _issue_tile(rope_s.index(slot), rope_ptr, rows_r, ok_r, r_layer_off, stride_r_b, stride_r_s, ROPE_OFF,
                     D_ROPE, PAGE_SIZE, _rope_copy())
         rows_s, ok_s = _rows_in(idx_s, idx_row, stride_idx_k, block, count, pool_rows, NUM_IDX, FROM_RING,
-                                _idx_copy())
+                                _idx_copy(), DENSE, PAGE_SIZE)
         off = _row_offset(rows_s, s_layer_off, stride_s_b, stride_s_s, PAGE_SIZE)
         async_copy.async_copy_global_to_shared(sc_s.index(slot), scales_ptr + off, mask=ok_s)
     else:
@@ -261,6 +278,153 @@ def _store_chunk(ptr, row_off, c: gl.constexpr, acc, scale, rows_ok):
              mask=rows_ok[:, None])
 
 
+@gluon.jit
+def _ring_buffers(q_ptr, blocks_ptr, NUM_SLOTS: gl.constexpr):
+    """The program's shared memory: the ring's latent, rope and (FP8) scale tiles, the widened latent of the
+    slot being computed (FP8), q's latent and rope rows, and the index ring of 2 * NUM_SLOTS blocks' entries.
+    Without FP8 the scale and widened tiles are the latent ring (never read as such)."""
+    dtype: gl.constexpr = q_ptr.dtype.element_ty
+    FP8: gl.constexpr = blocks_ptr.dtype.element_ty == gl.float8e4nv
+    lat_s = gl.allocate_shared_memory(blocks_ptr.dtype.element_ty, [NUM_SLOTS, BLOCK_N, D_LAT], _ring_layout(FP8))
+    rope_s = gl.allocate_shared_memory(dtype, [NUM_SLOTS, BLOCK_N, D_ROPE], _smem())
+    if FP8:
+        sc_s = gl.allocate_shared_memory(gl.float32, [NUM_SLOTS, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        # the slot being computed, widened to bf16
+        lat_bf = gl.allocate_shared_memory(dtype, [BLOCK_N, D_LAT], _smem())
+    else:
+        sc_s = lat_s
+        lat_bf = lat_s
+    q_s = gl.allocate_shared_memory(dtype, [BLOCK_M, D_LAT], _smem())
+    qr_s = gl.allocate_shared_memory(dtype, [BLOCK_M, D_ROPE], _smem())
+    idx_s = gl.allocate_shared_memory(gl.int32, [2 * NUM_SLOTS, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    return lat_s, rope_s, sc_s, lat_bf, q_s, qr_s, idx_s
+
+
+@gluon.jit
+def _ring_prologue(lat_s, rope_s, sc_s, idx_s, idx_row, stride_idx_k, lo, hi, count, pool, blocks_ptr, rope_ptr,
+                   scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b, stride_b_s, stride_r_b, stride_r_s,
+                   stride_s_b, stride_s_s, PAGE_SIZE: gl.constexpr, ROPE_OFF: gl.constexpr, NUM_SLOTS: gl.constexpr,
+                   DENSE: gl.constexpr):
+    """The copy groups 0 to NUM_SLOTS - 2 of blocks `[lo, hi)` (`_ring_loop` has the schedule); a block past hi
+    copies nothing, its group still counts. The prologue's rows come from entries loaded from memory."""
+    FP8: gl.constexpr = blocks_ptr.dtype.element_ty == gl.float8e4nv
+    NUM_IDX: gl.constexpr = 2 * NUM_SLOTS
+    for i in gl.static_range(NUM_SLOTS - 1):
+        _copy_block(lat_s, rope_s, sc_s, i, idx_s, idx_row, stride_idx_k, lo + i, gl.where(lo + i < hi, count, 0),
+                    pool, blocks_ptr, rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b,
+                    stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE, ROPE_OFF, FP8, NUM_IDX,
+                    False, DENSE)
+        _copy_index_block(idx_s, idx_row, stride_idx_k, lo + i, gl.where(lo + i < hi, count, 0), NUM_IDX, DENSE,
+                          PAGE_SIZE)
+        ahead = lo + i + NUM_SLOTS - 1
+        _copy_index_block(idx_s, idx_row, stride_idx_k, ahead, gl.where(ahead < hi, count, 0), NUM_IDX, DENSE,
+                          PAGE_SIZE)
+        async_copy.commit_group()
+
+
+@gluon.jit
+def _ring_loop(q_s, q_rope, lat_s, rope_s, sc_s, lat_bf, idx_s, idx_row, stride_idx_k, lo, hi, count, pool,
+               blocks_ptr, rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b, stride_b_s,
+               stride_r_b, stride_r_s, stride_s_b, stride_s_s, qk_scale, vis_lo, vis_hi, PAGE_SIZE: gl.constexpr,
+               ROPE_OFF: gl.constexpr, NUM_SLOTS: gl.constexpr, DENSE: gl.constexpr):
+    """Online softmax of the rows of q (`q_s`, `q_rope`) over blocks `[lo, hi)` of the entries at `idx_row`
+    (keys at or past `count` are no key), after `_ring_prologue`: (four output chunks, m, per-column row sums),
+    every copy waited for. DENSE: S is also masked by each row's visible keys `[vis_lo, vis_hi)`.
+
+    Copy group t (t < NUM_SLOTS - 1: the prologue's; else issued in iteration t - NUM_SLOTS + 1) holds the rows
+    of block lo + t and the entries of block lo + t + NUM_SLOTS - 1, so once iteration t has waited for group t,
+    both block lo + t's rows and the entries of the block whose rows it issues next are in shared memory: no
+    global load sits on the loop's critical path. The index ring keeps 2 * NUM_SLOTS blocks' entries (those
+    from the block being computed to the last one copied)."""
+    layout: gl.constexpr = _mma()
+    dtype: gl.constexpr = q_s.dtype
+    FP8: gl.constexpr = blocks_ptr.dtype.element_ty == gl.float8e4nv
+    NUM_IDX: gl.constexpr = 2 * NUM_SLOTS
+    key_l: gl.constexpr = gl.SliceLayout(0, layout)
+    acc0 = gl.zeros([BLOCK_M, CHUNK], gl.float32, layout)
+    acc1 = gl.zeros([BLOCK_M, CHUNK], gl.float32, layout)
+    acc2 = gl.zeros([BLOCK_M, CHUNK], gl.float32, layout)
+    acc3 = gl.zeros([BLOCK_M, CHUNK], gl.float32, layout)
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, layout))
+    l_cols = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout)
+    p_op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2)
+    for j in range(lo, hi):
+        async_copy.wait_group(NUM_SLOTS - 2)
+        gl.thread_barrier()
+        # block j + NUM_SLOTS - 1's rows into the slot block j - 1 used, and the entries of the block after
+        nxt = j + NUM_SLOTS - 1
+        _copy_block(lat_s, rope_s, sc_s, (j - lo + NUM_SLOTS - 1) % NUM_SLOTS, idx_s, idx_row, stride_idx_k, nxt,
+                    gl.where(nxt < hi, count, 0), pool, blocks_ptr, rope_ptr, scales_ptr, layer_off, r_layer_off,
+                    s_layer_off, stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE,
+                    ROPE_OFF, FP8, NUM_IDX, True, DENSE)
+        ahead = nxt + NUM_SLOTS - 1
+        _copy_index_block(idx_s, idx_row, stride_idx_k, ahead, gl.where(ahead < hi, count, 0), NUM_IDX, DENSE,
+                          PAGE_SIZE)
+        async_copy.commit_group()
+
+        _, s_ok = _ring_rows(idx_s, j, count, pool, NUM_IDX, key_l, DENSE, PAGE_SIZE)
+        slot = (j - lo) % NUM_SLOTS
+        if FP8:
+            _widen(lat_s.index(slot), lat_bf)
+            gl.thread_barrier()
+            lat = lat_bf
+            sc = sc_s.index(slot).load(key_l)
+        else:
+            lat = lat_s.index(slot)
+            sc = qk_scale
+        s = _logits(q_s, q_rope, lat, rope_s.index(slot), s_ok, sc, qk_scale, FP8)
+        if DENSE:
+            keys = j * BLOCK_N + gl.arange(0, BLOCK_N, key_l)
+            vis = (keys[None, :] >= vis_lo[:, None]) & (keys[None, :] < vis_hi[:, None])
+            s = gl.where(vis, s, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, axis=1))
+        # rows that have seen no key yet keep m = -inf; shift them by 0 so exp2 gives 0, not NaN
+        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = gl.exp2(m_i - m_safe)
+        p = gl.exp2(s - m_safe[:, None])
+        l_cols = l_cols * alpha[:, None] + p
+        m_i = m_new
+        if FP8:
+            # V is the raw latent: its row scale moves onto P's column
+            p = p * sc[None, :]
+        p_op = gl.convert_layout(p.to(dtype), p_op_layout)
+        acc0 = _pv(p_op, lat, 0, acc0, alpha)
+        acc1 = _pv(p_op, lat, 1, acc1, alpha)
+        acc2 = _pv(p_op, lat, 2, acc2, alpha)
+        acc3 = _pv(p_op, lat, 3, acc3, alpha)
+    async_copy.wait_group(0)
+    return acc0, acc1, acc2, acc3, m_i, l_cols
+
+
+@gluon.jit
+def _row_lse(m_i, l_cols):
+    """(row sums, whether a row saw a key, natural-log LSE: -inf for a row that saw none)."""
+    l_i = gl.sum(l_cols, axis=1)
+    has = l_i > 0
+    lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) * LN2, float("-inf"))
+    return l_i, has, lse
+
+
+@gluon.jit
+def _finish_scale(l_i, has, m_i, sink_ptr, heads, rows_ok, HAS_SINK: gl.constexpr):
+    """1 / the rows' softmax denominators (0 for a row that saw no key); the sink joins the denominator only,
+    and a +inf sink gives 0."""
+    denom = l_i
+    if HAS_SINK:
+        sink = gl.load(sink_ptr + heads, mask=rows_ok, other=float("-inf")) * LOG2E
+        denom += gl.exp2(sink - gl.where(has, m_i, 0.0))
+    return gl.where(has, 1.0 / gl.where(has, denom, 1.0), 0.0)
+
+
+@gluon.jit
+def _store_rows(ptr, row_off, acc0, acc1, acc2, acc3, scale, rows_ok):
+    """The four row-scaled output chunks to `ptr + row_off[row] + column`."""
+    _store_chunk(ptr, row_off, 0, acc0, scale, rows_ok)
+    _store_chunk(ptr, row_off, 1, acc1, scale, rows_ok)
+    _store_chunk(ptr, row_off, 2, acc2, scale, rows_ok)
+    _store_chunk(ptr, row_off, 3, acc3, scale, rows_ok)
+
+
 # no recompile when a size becomes 1 or changes its divisibility by 16 (a multi-second compile in the middle of
 # serving, or inside a CUDA-graph capture; `stride_pl_s` is tokens x heads), while the strides of the cache and
 # of the outputs stay specialized (the 16-byte copies need their divisibility); the page size is a
@@ -281,31 +445,11 @@ def _mla_sparse_decode_ring_kernel(
     The cache is `blocks_ptr` (bf16/fp16 rows of 576, or the rope-aware FP8 row: 512 e4m3 bytes, then the rope
     part as bf16), its rope columns `rope_ptr` at ROPE_OFF of each row (the same cache, or its bf16 view), the
     FP8 row's scale column 0 of `scales_ptr` (one per row: it multiplies the latent logits and P's column).
-
-    Copy groups: group t (t < NUM_SLOTS - 1: the prologue's; else issued in iteration t - NUM_SLOTS + 1) holds
-    the rows of block lo + t and the index entries of block lo + t + NUM_SLOTS - 1, so once iteration t has
-    waited for group t, both block lo + t's rows and the indices of the block whose rows it issues next are
-    in shared memory: no global load sits on the loop's critical path. The index ring keeps 2 * NUM_SLOTS
-    blocks' entries (those from the block being computed to the last one copied)."""
+    The copy schedule is `_ring_loop`'s."""
     layout: gl.constexpr = _mma()
-    dtype: gl.constexpr = q_ptr.dtype.element_ty
-    FP8: gl.constexpr = blocks_ptr.dtype.element_ty == gl.float8e4nv
-    NUM_IDX: gl.constexpr = 2 * NUM_SLOTS
-    key_l: gl.constexpr = gl.SliceLayout(0, layout)
     tok = gl.program_id(0)
     split = gl.program_id(1)
-
-    lat_s = gl.allocate_shared_memory(blocks_ptr.dtype.element_ty, [NUM_SLOTS, BLOCK_N, D_LAT], _ring_layout(FP8))
-    rope_s = gl.allocate_shared_memory(dtype, [NUM_SLOTS, BLOCK_N, D_ROPE], _smem())
-    if FP8:
-        sc_s = gl.allocate_shared_memory(gl.float32, [NUM_SLOTS, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-        # the slot being computed, widened to bf16
-        lat_bf = gl.allocate_shared_memory(dtype, [BLOCK_N, D_LAT], _smem())
-    else:
-        sc_s = lat_s  # not read: a cache without scales
-    q_s = gl.allocate_shared_memory(dtype, [BLOCK_M, D_LAT], _smem())
-    qr_s = gl.allocate_shared_memory(dtype, [BLOCK_M, D_ROPE], _smem())
-    idx_s = gl.allocate_shared_memory(gl.int32, [NUM_IDX, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    lat_s, rope_s, sc_s, lat_bf, q_s, qr_s, idx_s = _ring_buffers(q_ptr, blocks_ptr, NUM_SLOTS)
 
     b = _sequence_of(offsets_ptr, tok, batch)
     count = gl.minimum(gl.load(topk_len_ptr + b), topk)
@@ -314,17 +458,9 @@ def _mla_sparse_decode_ring_kernel(
     hi = (split + 1) * num_blocks // num_splits
     idx_row = idx_ptr + tok.to(gl.int64) * stride_idx_t
     layer = layer_idx.to(gl.int64)
-
-    # the prologue's groups (a block past hi copies nothing; its group still counts)
-    for i in gl.static_range(NUM_SLOTS - 1):
-        _copy_block(lat_s, rope_s, sc_s, i, idx_s, idx_row, stride_idx_k, lo + i, gl.where(lo + i < hi, count, 0),
-                    pool_rows, blocks_ptr, rope_ptr, scales_ptr, layer * stride_b_l, layer * stride_r_l,
-                    layer * stride_s_l, stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s,
-                    PAGE_SIZE, ROPE_OFF, FP8, NUM_IDX, False)
-        _copy_index_block(idx_s, idx_row, stride_idx_k, lo + i, gl.where(lo + i < hi, count, 0), NUM_IDX)
-        ahead = lo + i + NUM_SLOTS - 1
-        _copy_index_block(idx_s, idx_row, stride_idx_k, ahead, gl.where(ahead < hi, count, 0), NUM_IDX)
-        async_copy.commit_group()
+    _ring_prologue(lat_s, rope_s, sc_s, idx_s, idx_row, stride_idx_k, lo, hi, count, pool_rows, blocks_ptr, rope_ptr,
+                   scales_ptr, layer * stride_b_l, layer * stride_r_l, layer * stride_s_l, stride_b_b, stride_b_s,
+                   stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE, ROPE_OFF, NUM_SLOTS, False)
 
     # q (rows past num_heads are zeros), while the first copies fly
     q_layout: gl.constexpr = _lat_copy()
@@ -340,78 +476,22 @@ def _mla_sparse_decode_ring_kernel(
     gl.thread_barrier()
     q_rope = qr_s.load(gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2))
 
-    acc0 = gl.zeros([BLOCK_M, CHUNK], gl.float32, layout)
-    acc1 = gl.zeros([BLOCK_M, CHUNK], gl.float32, layout)
-    acc2 = gl.zeros([BLOCK_M, CHUNK], gl.float32, layout)
-    acc3 = gl.zeros([BLOCK_M, CHUNK], gl.float32, layout)
-    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, layout))
-    l_cols = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout)
-    p_op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2)
-    for j in range(lo, hi):
-        async_copy.wait_group(NUM_SLOTS - 2)
-        gl.thread_barrier()
-        # block j + NUM_SLOTS - 1's rows into the slot block j - 1 used, and the entries of the block after
-        nxt = j + NUM_SLOTS - 1
-        _copy_block(lat_s, rope_s, sc_s, (j - lo + NUM_SLOTS - 1) % NUM_SLOTS, idx_s, idx_row, stride_idx_k, nxt,
-                    gl.where(nxt < hi, count, 0), pool_rows, blocks_ptr, rope_ptr, scales_ptr, layer * stride_b_l,
-                    layer * stride_r_l, layer * stride_s_l, stride_b_b, stride_b_s, stride_r_b, stride_r_s,
-                    stride_s_b, stride_s_s, PAGE_SIZE, ROPE_OFF, FP8, NUM_IDX, True)
-        ahead = nxt + NUM_SLOTS - 1
-        _copy_index_block(idx_s, idx_row, stride_idx_k, ahead, gl.where(ahead < hi, count, 0), NUM_IDX)
-        async_copy.commit_group()
+    acc0, acc1, acc2, acc3, m_i, l_cols = _ring_loop(
+        q_s, q_rope, lat_s, rope_s, sc_s, lat_bf, idx_s, idx_row, stride_idx_k, lo, hi, count, pool_rows, blocks_ptr,
+        rope_ptr, scales_ptr, layer * stride_b_l, layer * stride_r_l, layer * stride_s_l, stride_b_b, stride_b_s,
+        stride_r_b, stride_r_s, stride_s_b, stride_s_s, qk_scale, 0, 0, PAGE_SIZE, ROPE_OFF, NUM_SLOTS, False)
 
-        _, s_ok = _ring_rows(idx_s, j, count, pool_rows, NUM_IDX, key_l)
-        slot = (j - lo) % NUM_SLOTS
-        if FP8:
-            _widen(lat_s.index(slot), lat_bf)
-            gl.thread_barrier()
-            lat = lat_bf
-            sc = sc_s.index(slot).load(key_l)
-        else:
-            lat = lat_s.index(slot)
-            sc = qk_scale
-        s = _logits(q_s, q_rope, lat, rope_s.index(slot), s_ok, sc, qk_scale, FP8)
-        m_new = gl.maximum(m_i, gl.max(s, axis=1))
-        # rows that have seen no key yet keep m = -inf; shift them by 0 so exp2 gives 0, not NaN
-        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = gl.exp2(m_i - m_safe)
-        p = gl.exp2(s - m_safe[:, None])
-        l_cols = l_cols * alpha[:, None] + p
-        m_i = m_new
-        if FP8:
-            # V is the raw latent: its row scale moves onto P's column
-            p = p * sc[None, :]
-        p_op = gl.convert_layout(p.to(dtype), p_op_layout)
-        acc0 = _pv(p_op, lat, 0, acc0, alpha)
-        acc1 = _pv(p_op, lat, 1, acc1, alpha)
-        acc2 = _pv(p_op, lat, 2, acc2, alpha)
-        acc3 = _pv(p_op, lat, 3, acc3, alpha)
-    async_copy.wait_group(0)
-
-    l_i = gl.sum(l_cols, axis=1)
-    has = l_i > 0
-    lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) * LN2, float("-inf"))
+    l_i, has, lse = _row_lse(m_i, l_cols)
     rows = gl.arange(0, BLOCK_M, gl.SliceLayout(1, layout))
     rows_ok = rows < num_heads
     if SPLIT:
         inv = gl.where(has, 1.0 / gl.where(has, l_i, 1.0), 0.0)
         row_off = split.to(gl.int64) * stride_po_s + tok.to(gl.int64) * stride_po_t + rows.to(gl.int64) * stride_po_h
-        _store_chunk(part_out_ptr, row_off, 0, acc0, inv, rows_ok)
-        _store_chunk(part_out_ptr, row_off, 1, acc1, inv, rows_ok)
-        _store_chunk(part_out_ptr, row_off, 2, acc2, inv, rows_ok)
-        _store_chunk(part_out_ptr, row_off, 3, acc3, inv, rows_ok)
+        _store_rows(part_out_ptr, row_off, acc0, acc1, acc2, acc3, inv, rows_ok)
         gl.store(part_lse_ptr + split.to(gl.int64) * stride_pl_s + tok.to(gl.int64) * stride_pl_t + rows, lse,
                  mask=rows_ok)
     else:
-        denom = l_i
-        if HAS_SINK:
-            # the sink joins the denominator only; a +inf sink gives 0
-            sink = gl.load(sink_ptr + rows, mask=rows_ok, other=float("-inf")) * LOG2E
-            denom += gl.exp2(sink - gl.where(has, m_i, 0.0))
-        inv = gl.where(has, 1.0 / gl.where(has, denom, 1.0), 0.0)
+        inv = _finish_scale(l_i, has, m_i, sink_ptr, rows, rows_ok, HAS_SINK)
         row_off = tok.to(gl.int64) * stride_o_t + rows.to(gl.int64) * stride_o_h
-        _store_chunk(out_ptr, row_off, 0, acc0, inv, rows_ok)
-        _store_chunk(out_ptr, row_off, 1, acc1, inv, rows_ok)
-        _store_chunk(out_ptr, row_off, 2, acc2, inv, rows_ok)
-        _store_chunk(out_ptr, row_off, 3, acc3, inv, rows_ok)
+        _store_rows(out_ptr, row_off, acc0, acc1, acc2, acc3, inv, rows_ok)
         gl.store(lse_ptr + tok.to(gl.int64) * stride_lse_t + rows.to(gl.int64) * stride_lse_h, lse, mask=rows_ok)

@@ -87,3 +87,19 @@ def resolve(op_name: str, backend: str, device: torch.device, features: frozense
 def impl(op_name: str, backend: str) -> Callable:
     table = TRITON_LAUNCHERS if backend == "triton" else REFERENCE_IMPLS
     return _load(table[op_name])
+
+
+def ring_layout_ok(q, blocks, out) -> bool:
+    """What the Gluon ring kernels (`kernels.mla_sparse_decode_ring`, `kernels.mla_decode_ring`) need of the
+    layout: unit last strides, a 16-byte aligned cache whose page, layer and slot strides are multiples of 32
+    bytes (the copies are 16 bytes wide, and the compiler knows a stride's alignment only from its value's
+    divisibility by 16 elements: 2-byte elements, or the rope-aware row's bf16 view)."""
+    return (q.stride(-1) == 1 and out.stride(-1) == 1 and blocks.stride(-1) == 1 and blocks.data_ptr() % 16 == 0
+            and all(blocks.stride(d) * blocks.element_size() % 32 == 0 for d in (0, 2, 3)))
+
+
+def ring_dtypes_ok(q_dtype, cache_dtype, head_size: int, rope_aware: bool) -> bool:
+    """q and cache both bf16 or both fp16 (rows of 576), or a bf16 q with the rope-aware FP8 row (640 bytes)."""
+    if rope_aware:
+        return q_dtype == torch.bfloat16 and cache_dtype == torch.float8_e4m3fn and head_size == 640
+    return q_dtype in (torch.bfloat16, torch.float16) and cache_dtype == q_dtype and head_size == 576

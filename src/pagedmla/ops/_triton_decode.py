@@ -33,7 +33,13 @@ from ..kernels.mla_decode import (
     _mla_decode_kernel,
     _mla_decode_plan_kernel,
 )
-from ._dispatch import gluon_kernels_available, interpreter_enabled, is_hopper
+from ._dispatch import (
+    gluon_kernels_available,
+    interpreter_enabled,
+    is_hopper,
+    ring_dtypes_ok,
+    ring_layout_ok,
+)
 from ._fp8_tiles import _TL_DTYPES, _tile_mode, compute_dtype
 from .decode import DecodePlan
 
@@ -42,6 +48,7 @@ if _WS_AVAILABLE:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
 
+    from ..kernels.mla_decode_ring import _mla_decode_ring_kernel
     from ..kernels.mla_decode_ws import _mla_decode_ws_kernel
 
 # logits are scaled by scale * log2(e) so the kernels use exp2
@@ -59,10 +66,12 @@ def _num_sms(device: torch.device) -> int:
 
 
 def plan_config(*, batch: int, num_heads: int, max_q: int, max_keys: int, device: torch.device,
-                num_partitions: int | None = None, rope_aware_fp8: bool = False) -> DecodePlanConfig:
-    """The schedule parameters `plan` uses (num_partitions, when given, fixes the worker count)."""
+                num_partitions: int | None = None, rope_aware_fp8: bool = False,
+                ring: bool = False) -> DecodePlanConfig:
+    """The schedule parameters `plan` uses (num_partitions, when given, fixes the worker count; `ring`: the
+    calls will run the Gluon ring kernel, see `ring_planned`)."""
     per_sm = programs_per_sm(num_heads=num_heads, max_q=max_q, batch=batch, max_keys=max_keys,
-                             rope_aware_fp8=rope_aware_fp8)
+                             rope_aware_fp8=rope_aware_fp8, ring=ring)
     cfg = plan_heuristic(batch=batch, num_heads=num_heads, max_q=max_q, max_keys=max_keys,
                          num_sms=_num_sms(device), interpret=interpreter_enabled(), programs_per_sm=per_sm)
     if num_partitions is not None:
@@ -97,7 +106,8 @@ def plan(input_row_offsets, kv_collection, num_heads: int, num_partitions: int |
     device = kv_collection.device
     cfg = plan_config(batch=batch, num_heads=num_heads, max_q=max_q, max_keys=max_keys, device=device,
                       num_partitions=num_partitions,
-                      rope_aware_fp8=kv_collection.params.per_token_scale_rope_aware)
+                      rope_aware_fp8=kv_collection.params.per_token_scale_rope_aware,
+                      ring=ring_planned(kv_collection.params, num_heads=num_heads, max_q=max_q, device=device))
     schedule = torch.empty((1 + cfg.num_workers + batch, 4), dtype=torch.int32, device=device)
     fill_schedule(schedule, input_row_offsets, kv_collection.cache_lengths, cfg)
     args = torch.tensor([batch, max_q, cfg.num_workers, max_keys], dtype=torch.int32, device=device)
@@ -179,6 +189,48 @@ def _ws_q_rows(q: torch.Tensor) -> torch.Tensor | None:
     return q.as_strided((rows * heads, width), (q.stride(1), 1))
 
 
+def ring_planned(params, *, num_heads: int, max_q: int, device: torch.device) -> bool:
+    """Whether a plan's calls will likely run the Gluon ring kernel (`decode_ring_ready` without the tensors:
+    q is assumed to be of the cache's dtype, bf16 for the rope-aware row): the plan then schedules two workers
+    per SM. A call that turns out not to fit runs the Triton kernel on the same schedule."""
+    q_dtype = torch.bfloat16 if params.per_token_scale_rope_aware else params.dtype
+    return (_WS_AVAILABLE and not interpreter_enabled() and is_hopper(device) and num_heads * max(1, max_q) <= 16
+            and ring_dtypes_ok(q_dtype, params.dtype, params.head_size, params.per_token_scale_rope_aware))
+
+
+def decode_ring_ready(q, blocks, out, scales, q_scale, rope_aware: bool, max_q: int) -> bool:
+    """Whether the Gluon ring kernel (`kernels.mla_decode_ring`) can take this call: Triton 3.6 on a Hopper GPU;
+    q and cache both bf16 or both fp16 without scales, or a bf16 q with the rope-aware FP8 cache (its scales
+    contiguous); DeepSeek's 512 + 64 dims; at most 16 rows (query tokens x heads) per sequence; the ring's
+    layout (`ops._dispatch.ring_layout_ok`)."""
+    scales_ok = scales is not None and scales.stride(-1) == 1 if rope_aware else scales is None
+    return (_WS_AVAILABLE and is_hopper(q.device) and q_scale is None and scales_ok
+            and ring_dtypes_ok(q.dtype, blocks.dtype, blocks.shape[-1], rope_aware)
+            and q.shape[1] * max(1, max_q) <= 16 and q.shape[-1] == 576 and out.shape[-1] == 512
+            and ring_layout_ok(q, blocks, out))
+
+
+def _launch_ring(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
+                 mask_code: int, window: int, out, lse, schedule, sink, part_out, part_lse, slots: int,
+                 has_sink: bool, rope_aware: bool) -> None:
+    """`_mla_decode_ring_kernel`, one program per worker, writing `out` / `lse` or the partials."""
+    batch = cache_lengths.shape[0]
+    num_workers = schedule.shape[0] - 1 - batch
+    if rope_aware:
+        # the rope columns are bf16 values in the row's last 128 bytes; the row's scale is column 0 of scales
+        rope, rope_off, sc = blocks.view(torch.bfloat16), 256, scales
+        s_strides = (scales.stride(0), scales.stride(2), scales.stride(3))
+    else:
+        rope, rope_off, sc, s_strides = blocks, 512, blocks, (0, 0, 0)
+    _mla_decode_ring_kernel[(num_workers,)](
+        q, out, lse, part_out, part_lse, input_row_offsets, cache_lengths, lookup_table, schedule, sink, blocks,
+        rope, sc, batch, q.shape[1], num_workers, layer_idx, mask_code, window, scale * _LOG2E, blocks.shape[0],
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), part_out.stride(0),
+        part_out.stride(1), part_lse.stride(0), lookup_table.stride(0), blocks.stride(0), blocks.stride(2),
+        blocks.stride(3), rope.stride(0), rope.stride(2), rope.stride(3), *s_strides,
+        PAGE_SIZE=blocks.shape[3], ROPE_OFF=rope_off, HAS_SINK=has_sink, NUM_SLOTS=slots, num_warps=4)
+
+
 def decode_ws_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx: int) -> bool:
     """Whether the warp-specialized kernel (`kernels.mla_decode_ws`) can take this call: Triton 3.6 on a Hopper
     GPU, bf16 q, cache and output (unit last stride), DeepSeek's 512 + 64 dims, heads a multiple of 64, pages a
@@ -250,6 +302,8 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
         ieee = torch.float32 in (q.dtype, blocks.dtype) or q.dtype != blocks.dtype
     ws_ok = not interpret and decode_ws_ready(q, blocks, out, scales, q_scale if q_fp8 else None, rope_aware,
                                               layer_idx)
+    ring_ok = not interpret and decode_ring_ready(q, blocks, out, scales, q_scale if q_fp8 else None, rope_aware,
+                                                  max_q)
     if config is None:
         per_sm = launch_programs_per_sm(rope_aware=rope_aware, num_workers=num_workers,
                                         tiles=triton.cdiv(max_q * num_heads, block_m_for(num_heads, max_q)),
@@ -257,8 +311,14 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
         config = heuristic(num_heads=num_heads, max_q=max_q, kv_lora_rank=kv_lora_rank, rope_dim=rope,
                            q_dtype=q.dtype, cache_dtype=blocks.dtype, batch=batch, interpret=interpret,
                            compute_dtype=cd if quant else None, tile_scales=modes[0] in (2, 3),
-                           programs_per_sm=per_sm, warp_specialized=ws_ok)
+                           programs_per_sm=per_sm, warp_specialized=ws_ok, ring=ring_ok)
     cfg = config
+    if cfg.ring_slots and not ring_ok:
+        raise ValueError(f"Invalid config: expected ring_slots 0 for a call the Gluon ring kernel cannot take "
+                         f"(see decode_ring_ready), got {cfg.ring_slots}")
+    if cfg.ring_slots and not 2 <= cfg.ring_slots <= 8:
+        # one slot cannot hold a block while the next one is copied (the copy schedule needs two)
+        raise ValueError(f"Invalid config: expected ring_slots 0 or 2 to 8, got {cfg.ring_slots}")
     max_rows = max_q * num_heads
     num_tiles = triton.cdiv(max_rows, cfg.block_m)
     split = num_workers > 1
@@ -268,7 +328,11 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
     part_lse = torch.empty((part_out.shape[0], rows_pad), dtype=torch.float32, device=q.device)
     sink = attn_sink if attn_sink is not None else lse
     s_strides = (scales.stride(0), scales.stride(2), scales.stride(3)) if scales is not None else (0, 0, 0)
-    if cfg.warp_specialized and cfg.block_m == 64 and ws_ok:
+    if cfg.ring_slots:
+        _launch_ring(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code,
+                     window, out, lse, schedule, sink, part_out, part_lse, cfg.ring_slots, attn_sink is not None,
+                     rope_aware)
+    elif cfg.warp_specialized and cfg.block_m == 64 and ws_ok:
         _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx, scale, mask_code, window,
                    out, lse, schedule, sink, part_out, part_lse, num_tiles)
     else:

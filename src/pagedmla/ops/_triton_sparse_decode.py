@@ -18,7 +18,13 @@ import triton
 
 from ..configs.sparse_decode import SparseDecodeConfig, combine_tile, heuristic
 from ..kernels.mla_sparse_decode import _mla_sparse_decode_combine_kernel, _mla_sparse_decode_kernel
-from ._dispatch import gluon_kernels_available, interpreter_enabled, is_hopper
+from ._dispatch import (
+    gluon_kernels_available,
+    interpreter_enabled,
+    is_hopper,
+    ring_dtypes_ok,
+    ring_layout_ok,
+)
 from ._fp8_tiles import _FP8, _TL_DTYPES, _is_pow2, _tile_mode, compute_dtype
 
 _RING_AVAILABLE = gluon_kernels_available()
@@ -77,16 +83,10 @@ def sparse_ring_ready(q, blocks, out, scales, q_scale, *, rope_aware: bool, fold
     fold_shared_index); no extra stream; unit last strides; a 16-byte aligned cache whose page, layer and slot
     strides are multiples of 32 bytes (the copies are 16 bytes wide, and the compiler knows a stride's alignment
     only from its value's divisibility by 16 elements: 2-byte elements, or the rope-aware row's bf16 view)."""
-    if rope_aware:
-        cache_ok = (q.dtype == torch.bfloat16 and blocks.dtype == torch.float8_e4m3fn and blocks.shape[-1] == 640
-                    and scales is not None and scales.stride(-1) == 1)
-    else:
-        cache_ok = q.dtype in (torch.bfloat16, torch.float16) and blocks.dtype == q.dtype and scales is None
-    row_bytes = blocks.element_size()
-    return (_RING_AVAILABLE and cache_ok and is_hopper(q.device) and q_scale is None and not fold and not has_extra
-            and q.shape[1] <= 16 and q.shape[-1] == 576 and out.shape[-1] == 512 and q.stride(-1) == 1
-            and out.stride(-1) == 1 and blocks.stride(-1) == 1 and blocks.data_ptr() % 16 == 0
-            and all(blocks.stride(d) * row_bytes % 32 == 0 for d in (0, 2, 3)))
+    scales_ok = scales is not None and scales.stride(-1) == 1 if rope_aware else scales is None
+    return (_RING_AVAILABLE and is_hopper(q.device) and q_scale is None and not fold and not has_extra and scales_ok
+            and ring_dtypes_ok(q.dtype, blocks.dtype, blocks.shape[-1], rope_aware) and q.shape[1] <= 16
+            and q.shape[-1] == 576 and out.shape[-1] == 512 and ring_layout_ok(q, blocks, out))
 
 
 def _launch_ring(q, out, lse, part_out, part_lse, offsets, sink, indices, topk_lengths, stream, layer_idx: int,
