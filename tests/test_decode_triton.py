@@ -282,6 +282,29 @@ def test_schedule_splits_equal_sequences_into_equal_pieces(batch_size, workers):
     assert keys == [sum(c + n for c, n in zip(cache, new)) // workers] * workers, keys
 
 
+@cpu_tier
+@pytest.mark.parametrize("batch_size,workers", [(2, 8), (3, 12), (8, 2)])
+def test_schedule_whole_pieces_when_units_do_not_divide(batch_size, workers):
+    """Equal sequences whose cost does not divide by the pieces (18 units in 4) still fall into whole pieces:
+    every worker holds a piece of exactly one sequence (k workers per sequence) or k whole sequences, and none
+    is idle (spans of total / W rounded up drifted off the sequences' edges)."""
+    cache, new = [16 * 16 - 1] * batch_size, [1] * batch_size
+    pb = make_paged_batch(cache, new, head_size=HEAD, page_size=16, seed=47)
+    plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=4, num_partitions=workers,
+                              backend="triton")
+    cfg = DecodePlanConfig(num_workers=workers, granularity=16, fixed_cost=2, tail_cost=1)
+    _triton_decode.fill_schedule(plan.schedule, pb.input_row_offsets, pb.kv.cache_lengths, cfg)
+    cover = simulate_schedule(plan.schedule, cache, new, workers)
+    per_worker = {w: [] for w in range(workers)}
+    for b, pieces in cover.items():
+        for w, lo, hi in pieces:
+            per_worker[w].append((b, lo, hi))
+    want = max(1, batch_size // workers)
+    assert all(len(p) == want for p in per_worker.values()), per_worker
+    if batch_size >= workers:
+        assert all(lo == 0 and hi == 256 for p in per_worker.values() for _, lo, hi in p), per_worker
+
+
 def test_plan_config_rejects_a_tail_past_the_fixed_cost():
     with pytest.raises(ValueError, match="tail_cost"):
         DecodePlanConfig(num_workers=4, fixed_cost=1, tail_cost=2)

@@ -11,7 +11,7 @@ partial slot (`2w` for the worker's first sequence, `2w + 1` for its last) as a 
 and `_mla_decode_combine_kernel` merges the pieces by LSE.
 
 Schedule (int32 `[1 + W + B, 4]`, written by the plan kernel, read by the others):
-    row 0: granularity (keys per block), payload (cost per worker), total cost, W
+    row 0: granularity (keys per block), payload (the longest worker span), total cost, W
     row 1 + w: worker w: first sequence, its first key, last sequence, the key it stops before
         (last sequence == B: runs to the end of the batch)
     row 1 + W + b: sequence b: first worker, last worker, partial slot of the first worker, 0
@@ -57,16 +57,34 @@ def _sequence_costs(offsets_ptr, cache_lengths_ptr, b, batch, granularity, fixed
 
 
 @triton.jit
+def _span_start(w, total, num_workers):
+    """First cost unit of worker w's span (`_mla_decode_plan_kernel`); int64 products: total * W can pass 2^31
+    (a thousand sequences of a million keys, hundreds of workers)."""
+    exact = (w.to(tl.int64) * total.to(tl.int64) // num_workers).to(tl.int32)
+    return tl.where(total >= num_workers, exact, tl.minimum(w, total))
+
+
+@triton.jit
+def _worker_of(x, total, num_workers):
+    """The worker whose span holds cost unit x (< total): the last w with `_span_start(w) <= x`."""
+    exact = (((x + 1).to(tl.int64) * num_workers - 1) // tl.maximum(total, 1)).to(tl.int32)
+    return tl.where(total >= num_workers, exact, x)
+
+
+@triton.jit
 def _mla_decode_plan_kernel(
     offsets_ptr, cache_lengths_ptr, schedule_ptr,
     batch, num_workers, granularity, fixed_cost, tail_cost,
     BLOCK_B: tl.constexpr, BLOCK_W: tl.constexpr,
 ):
     """Program p fills the rows of workers `[p * BLOCK_W, (p + 1) * BLOCK_W)`; program 0 also fills the header
-    and the sequence rows. Worker w owns the cost span `[w * payload, (w + 1) * payload)`, payload = total / W
-    rounded up (spans of exactly total / W units were tried: the busiest worker keeps the same load and more
-    sequences get split). A sequence's span is
-    `fixed_cost - tail_cost` units (loading q), its key blocks, then `tail_cost` units (writing its result): a
+    and the sequence rows. Worker w owns the cost span `[floor(w * total / W), floor((w + 1) * total / W))`: when
+    W is a multiple of the batch or the batch a multiple of W, equal sequences fall into whole pieces (spans of
+    total / W rounded up, as before, drift off the sequences' edges when it is not an integer: 16 heads, B = 64,
+    N = 4096 at 256 workers gave most workers pieces of two sequences and left the last ones idle). With fewer
+    units than workers, worker w < total owns unit w and the others none: a span inside a split sequence is
+    never empty (the combine reads a partial from every worker between its first and last). A sequence's span
+    is `fixed_cost - tail_cost` units (loading q), its key blocks, then `tail_cost` units (writing its result): a
     sequence split in two gives each half as many blocks."""
     pid = tl.program_id(0)
     ob = tl.arange(0, BLOCK_B)
@@ -79,8 +97,8 @@ def _mla_decode_plan_kernel(
     payload = tl.maximum((total + num_workers - 1) // num_workers, 1)
 
     w = pid * BLOCK_W + tl.arange(0, BLOCK_W)
-    x_start = w * payload
-    x_end = x_start + payload
+    x_start = _span_start(w, total, num_workers)
+    x_end = _span_start(w + 1, total, num_workers)
     # sequences that end at or before x, and their summed cost: the sequence holding x and where it starts
     n_start = tl.zeros([BLOCK_W], dtype=tl.int32)
     c_start = tl.zeros([BLOCK_W], dtype=tl.int32)
@@ -101,11 +119,12 @@ def _mla_decode_plan_kernel(
         c_end += tl.sum(tl.where(done, cost[None, :], 0), 1)
         if pid == 0:
             begins = ends - cost
-            # the workers holding the sequence's first and last key blocks
-            first = (begins + head_cost) // payload
-            last = (ends - tail_cost - 1) // payload
+            # the workers holding the sequence's first and last key blocks (the worker holding unit x is the
+            # last w with floor(w * total / W) <= x, i.e. ((x + 1) * W - 1) // total)
+            first = _worker_of(begins + head_cost, total, num_workers)
+            last = _worker_of(ends - tail_cost - 1, total, num_workers)
             # the first worker's piece is its first sequence (slot 2w) only if its span starts inside b
-            slot = 2 * first + (first * payload < begins).to(tl.int32)
+            slot = 2 * first + (_span_start(first, total, num_workers) < begins).to(tl.int32)
             has = cost > 0
             row = schedule_ptr + (1 + num_workers + b) * 4
             tl.store(row, tl.where(has, first, -1), mask=ok)
