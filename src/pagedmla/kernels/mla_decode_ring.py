@@ -114,13 +114,14 @@ def _mla_decode_ring_kernel(
             # rows past the sequence's get the empty interval [num_keys, 0)
             vis_lo = gl.where(rows_ok, gl.maximum(vis_lo, seg_lo), num_keys)
             vis_hi = gl.where(rows_ok, gl.minimum(vis_hi, seg_hi), 0)
+            key_lo = gl.min(vis_lo, 0)
             key_hi = gl.max(vis_hi, 0)
-            lo = gl.min(vis_lo, 0) // BLOCK_N
+            lo = key_lo // BLOCK_N
             hi = gl.cdiv(key_hi, BLOCK_N)
             table_row = lookup_ptr + b.to(gl.int64) * stride_lt_b
             # the previous sequence's last block is read by every warp before its slots and q are overwritten
             gl.thread_barrier()
-            _ring_prologue(lat_s, rope_s, sc_s, idx_s, table_row, 0, lo, hi, key_hi, pool_pages, blocks_ptr,
+            _ring_prologue(lat_s, rope_s, sc_s, idx_s, table_row, 0, lo, hi, key_lo, key_hi, pool_pages, blocks_ptr,
                            rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b, stride_b_s,
                            stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE, ROPE_OFF, NUM_SLOTS, True)
             # q while the first copies fly
@@ -130,10 +131,10 @@ def _mla_decode_ring_kernel(
             gl.thread_barrier()
             q_rope = qr_s.load(gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2))
             acc0, acc1, acc2, acc3, m_i, l_cols = _ring_loop(
-                q_s, q_rope, lat_s, rope_s, sc_s, lat_bf, idx_s, table_row, 0, lo, hi, key_hi, pool_pages,
+                q_s, q_rope, lat_s, rope_s, sc_s, lat_bf, idx_s, table_row, 0, lo, hi, key_lo, key_hi, pool_pages,
                 blocks_ptr, rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b, stride_b_s,
-                stride_r_b, stride_r_s, stride_s_b, stride_s_s, qk_scale, vis_lo, vis_hi, PAGE_SIZE, ROPE_OFF,
-                NUM_SLOTS, True)
+                stride_r_b, stride_r_s, stride_s_b, stride_s_s, qk_scale, num_q > 1, vis_lo, vis_hi, PAGE_SIZE,
+                ROPE_OFF, NUM_SLOTS, True)
 
             l_i, has, lse = _row_lse(m_i, l_cols)
             if (seg_lo == 0) & (seg_hi == num_keys):

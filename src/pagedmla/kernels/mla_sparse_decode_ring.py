@@ -122,13 +122,10 @@ def _idx_copy():
 
 
 @gluon.jit
-def _rows(idx, keys, count, pool, DENSE: gl.constexpr, PAGE_SIZE: gl.constexpr):
+def _rows(idx, keys, count, pool_rows):
     """(cache row of each key, whether it is a key): -1, out-of-pool entries and keys at or past `count` are no
-    key (row 0, never read). DENSE: the entries are the keys' lookup-table entries (pages, `pool` of them) and
-    key k is row `entry * PAGE_SIZE + k % PAGE_SIZE`; else they are rows (`pool` of them)."""
-    ok = (keys < count) & (idx >= 0) & (idx < pool)
-    if DENSE:
-        idx = idx * PAGE_SIZE + keys % PAGE_SIZE
+    key (row 0, never read)."""
+    ok = (keys < count) & (idx >= 0) & (idx < pool_rows)
     return gl.where(ok, idx, 0), ok
 
 
@@ -143,20 +140,18 @@ def _entry_ptrs(idx_row, stride_idx_k, keys, DENSE: gl.constexpr, PAGE_SIZE: gl.
 
 
 @gluon.jit
-def _load_rows(idx_row, stride_idx_k, block, count, pool, layout: gl.constexpr, DENSE: gl.constexpr,
-               PAGE_SIZE: gl.constexpr):
+def _load_rows(idx_row, stride_idx_k, block, count, pool_rows, layout: gl.constexpr):
     """Index block `block`'s rows loaded from memory in `layout` (1-D): the prologue's blocks."""
     keys = block * BLOCK_N + gl.arange(0, BLOCK_N, layout)
-    idx = gl.load(_entry_ptrs(idx_row, stride_idx_k, keys, DENSE, PAGE_SIZE), mask=keys < count, other=-1)
-    return _rows(idx, keys, count, pool, DENSE, PAGE_SIZE)
+    idx = gl.load(idx_row + keys.to(gl.int64) * stride_idx_k, mask=keys < count, other=-1)
+    return _rows(idx, keys, count, pool_rows)
 
 
 @gluon.jit
-def _ring_rows(idx_s, block, count, pool, NUM_IDX: gl.constexpr, layout: gl.constexpr, DENSE: gl.constexpr,
-               PAGE_SIZE: gl.constexpr):
+def _ring_rows(idx_s, block, count, pool_rows, NUM_IDX: gl.constexpr, layout: gl.constexpr):
     """Index block `block`'s rows from its slot of the index ring, in `layout` (1-D)."""
     keys = block * BLOCK_N + gl.arange(0, BLOCK_N, layout)
-    return _rows(idx_s.index(block % NUM_IDX).load(layout), keys, count, pool, DENSE, PAGE_SIZE)
+    return _rows(idx_s.index(block % NUM_IDX).load(layout), keys, count, pool_rows)
 
 
 @gluon.jit
@@ -193,34 +188,112 @@ def _lat_layout(fp8):
 
 @gluon.jit
 def _rows_in(idx_s, idx_row, stride_idx_k, block, count, pool_rows, NUM_IDX: gl.constexpr, FROM_RING: gl.constexpr,
-             layout: gl.constexpr, DENSE: gl.constexpr, PAGE_SIZE: gl.constexpr):
+             layout: gl.constexpr):
     """Index block `block`'s rows in `layout`: from the index ring, or (the prologue) loaded from memory."""
     if FROM_RING:
-        return _ring_rows(idx_s, block, count, pool_rows, NUM_IDX, layout, DENSE, PAGE_SIZE)
+        return _ring_rows(idx_s, block, count, pool_rows, NUM_IDX, layout)
     else:
-        return _load_rows(idx_row, stride_idx_k, block, count, pool_rows, layout, DENSE, PAGE_SIZE)
+        return _load_rows(idx_row, stride_idx_k, block, count, pool_rows, layout)
 
 
 @gluon.jit
-def _copy_block(lat_s, rope_s, sc_s, slot, idx_s, idx_row, stride_idx_k, block, count, pool_rows, blocks_ptr,
-                rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b, stride_s, stride_r_b,
-                stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE: gl.constexpr, ROPE_OFF: gl.constexpr,
+def _dense_rows(idx_s, table_row, block, key_lo, count, pool_pages, NUM_IDX: gl.constexpr, FROM_RING: gl.constexpr,
+                layout: gl.constexpr, PAGE_SIZE: gl.constexpr):
+    """The dense kernel's (page, slot, is a key) of block `block`'s keys in `layout` (1-D): the pages are the
+    keys' lookup-table entries, from the index ring or (the prologue) loaded from memory. Keys outside
+    `[key_lo, count)` and entries outside `[0, pool_pages)` are no key (page 0, never read). When the page size
+    is a multiple of the block, the block is one run of slots of one page: no division per key."""
+    keys = block * BLOCK_N + gl.arange(0, BLOCK_N, layout)
+    if FROM_RING:
+        page = idx_s.index(block % NUM_IDX).load(layout)
+    else:
+        page = gl.load(table_row + keys // PAGE_SIZE, mask=keys < count, other=-1)
+    ok = (keys >= key_lo) & (keys < count) & (page >= 0) & (page < pool_pages)
+    if PAGE_SIZE % BLOCK_N == 0:
+        slot = (block * BLOCK_N) % PAGE_SIZE + gl.arange(0, BLOCK_N, layout)
+    else:
+        slot = keys % PAGE_SIZE
+    return gl.where(ok, page, 0), slot, ok
+
+
+@gluon.jit
+def _dense_offset(page, slot, layer_off, stride_b, stride_s):
+    """Element offset of (page, slot) in this layer."""
+    return page.to(gl.int64) * stride_b + layer_off + slot.to(gl.int64) * stride_s
+
+
+@gluon.jit
+def _copy_rows(dst, ptr, off, ok, col0, WIDTH: gl.constexpr, layout: gl.constexpr):
+    """Asynchronous copy of columns `[col0, col0 + WIDTH)` of the rows at element offsets `off` into the
+    `[32, WIDTH]` tile `dst` (`layout`: its copy layout); zeros for rows that are no key (`ok` False)."""
+    cols = col0 + gl.arange(0, WIDTH, gl.SliceLayout(0, layout))
+    async_copy.async_copy_global_to_shared(dst, ptr + off[:, None] + cols[None, :], mask=ok[:, None])
+
+
+@gluon.jit
+def _copy_dense_block(lat_s, rope_s, sc_s, slot, idx_s, table_row, block, key_lo, count, pool_pages, blocks_ptr,
+                      rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b, stride_s, stride_r_b,
+                      stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE: gl.constexpr, ROPE_OFF: gl.constexpr,
+                      FP8: gl.constexpr, NUM_IDX: gl.constexpr, FROM_RING: gl.constexpr):
+    """`_copy_block` for the dense kernel: block `block` of a sequence's keys (pages from its table row)."""
+    lat_layout: gl.constexpr = _lat_layout(FP8)
+    page_l, slot_l, ok_l = _dense_rows(idx_s, table_row, block, key_lo, count, pool_pages, NUM_IDX, FROM_RING,
+                                       gl.SliceLayout(1, lat_layout), PAGE_SIZE)
+    page_r, slot_r, ok_r = _dense_rows(idx_s, table_row, block, key_lo, count, pool_pages, NUM_IDX, FROM_RING,
+                                       gl.SliceLayout(1, _rope_copy()), PAGE_SIZE)
+    _copy_rows(lat_s.index(slot), blocks_ptr, _dense_offset(page_l, slot_l, layer_off, stride_b, stride_s), ok_l, 0,
+               D_LAT, lat_layout)
+    if FP8:
+        _copy_rows(rope_s.index(slot), rope_ptr, _dense_offset(page_r, slot_r, r_layer_off, stride_r_b, stride_r_s),
+                   ok_r, ROPE_OFF, D_ROPE, _rope_copy())
+        page_s, slot_s, ok_s = _dense_rows(idx_s, table_row, block, key_lo, count, pool_pages, NUM_IDX, FROM_RING,
+                                           _idx_copy(), PAGE_SIZE)
+        async_copy.async_copy_global_to_shared(
+            sc_s.index(slot), scales_ptr + _dense_offset(page_s, slot_s, s_layer_off, stride_s_b, stride_s_s),
+            mask=ok_s)
+    else:
+        _copy_rows(rope_s.index(slot), blocks_ptr, _dense_offset(page_r, slot_r, layer_off, stride_b, stride_s),
+                   ok_r, D_LAT, D_ROPE, _rope_copy())
+
+
+@gluon.jit
+def _copy_block(lat_s, rope_s, sc_s, slot, idx_s, idx_row, stride_idx_k, block, key_lo, count, pool_rows,
+                blocks_ptr, rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b, stride_s,
+                stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE: gl.constexpr, ROPE_OFF: gl.constexpr,
                 FP8: gl.constexpr, NUM_IDX: gl.constexpr, FROM_RING: gl.constexpr, DENSE: gl.constexpr):
     """Asynchronous copies of index block `block`'s rows into ring slot `slot`: the latent tile (e4m3 for the
-    rope-aware FP8 row), the rope tile and, for FP8, the rows' scales."""
+    rope-aware FP8 row), the rope tile and, for FP8, the rows' scales. DENSE: `_copy_dense_block` (`key_lo`
+    is only the dense kernel's)."""
+    if DENSE:
+        _copy_dense_block(lat_s, rope_s, sc_s, slot, idx_s, idx_row, block, key_lo, count, pool_rows, blocks_ptr,
+                          rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b, stride_s, stride_r_b,
+                          stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE, ROPE_OFF, FP8, NUM_IDX, FROM_RING)
+    else:
+        _copy_sparse_block(lat_s, rope_s, sc_s, slot, idx_s, idx_row, stride_idx_k, block, count, pool_rows,
+                           blocks_ptr, rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b, stride_s,
+                           stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE, ROPE_OFF, FP8, NUM_IDX,
+                           FROM_RING)
+
+
+@gluon.jit
+def _copy_sparse_block(lat_s, rope_s, sc_s, slot, idx_s, idx_row, stride_idx_k, block, count, pool_rows,
+                       blocks_ptr, rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b, stride_s,
+                       stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE: gl.constexpr,
+                       ROPE_OFF: gl.constexpr, FP8: gl.constexpr, NUM_IDX: gl.constexpr, FROM_RING: gl.constexpr):
+    """`_copy_block` of the sparse kernel: block `block` of a token's index row."""
     lat_layout: gl.constexpr = _lat_layout(FP8)
     # every copy layout's rows first, then the copies
     rows_l, ok_l = _rows_in(idx_s, idx_row, stride_idx_k, block, count, pool_rows, NUM_IDX, FROM_RING,
-                            gl.SliceLayout(1, lat_layout), DENSE, PAGE_SIZE)
+                            gl.SliceLayout(1, lat_layout))
     rows_r, ok_r = _rows_in(idx_s, idx_row, stride_idx_k, block, count, pool_rows, NUM_IDX, FROM_RING,
-                            gl.SliceLayout(1, _rope_copy()), DENSE, PAGE_SIZE)
+                            gl.SliceLayout(1, _rope_copy()))
     _issue_tile(lat_s.index(slot), blocks_ptr, rows_l, ok_l, layer_off, stride_b, stride_s, 0, D_LAT, PAGE_SIZE,
                 lat_layout)
     if FP8:
         _issue_tile(rope_s.index(slot), rope_ptr, rows_r, ok_r, r_layer_off, stride_r_b, stride_r_s, ROPE_OFF,
                     D_ROPE, PAGE_SIZE, _rope_copy())
         rows_s, ok_s = _rows_in(idx_s, idx_row, stride_idx_k, block, count, pool_rows, NUM_IDX, FROM_RING,
-                                _idx_copy(), DENSE, PAGE_SIZE)
+                                _idx_copy())
         off = _row_offset(rows_s, s_layer_off, stride_s_b, stride_s_s, PAGE_SIZE)
         async_copy.async_copy_global_to_shared(sc_s.index(slot), scales_ptr + off, mask=ok_s)
     else:
@@ -301,17 +374,18 @@ def _ring_buffers(q_ptr, blocks_ptr, NUM_SLOTS: gl.constexpr):
 
 
 @gluon.jit
-def _ring_prologue(lat_s, rope_s, sc_s, idx_s, idx_row, stride_idx_k, lo, hi, count, pool, blocks_ptr, rope_ptr,
-                   scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b, stride_b_s, stride_r_b, stride_r_s,
+def _ring_prologue(lat_s, rope_s, sc_s, idx_s, idx_row, stride_idx_k, lo, hi, key_lo, count, pool, blocks_ptr,
+                   rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b, stride_b_s, stride_r_b, stride_r_s,
                    stride_s_b, stride_s_s, PAGE_SIZE: gl.constexpr, ROPE_OFF: gl.constexpr, NUM_SLOTS: gl.constexpr,
                    DENSE: gl.constexpr):
     """The copy groups 0 to NUM_SLOTS - 2 of blocks `[lo, hi)` (`_ring_loop` has the schedule); a block past hi
-    copies nothing, its group still counts. The prologue's rows come from entries loaded from memory."""
+    copies nothing, its group still counts. The prologue's rows come from entries loaded from memory. `key_lo`:
+    the dense kernel's first key (keys below it are no key)."""
     FP8: gl.constexpr = blocks_ptr.dtype.element_ty == gl.float8e4nv
     NUM_IDX: gl.constexpr = 2 * NUM_SLOTS
     for i in gl.static_range(NUM_SLOTS - 1):
-        _copy_block(lat_s, rope_s, sc_s, i, idx_s, idx_row, stride_idx_k, lo + i, gl.where(lo + i < hi, count, 0),
-                    pool, blocks_ptr, rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b,
+        _copy_block(lat_s, rope_s, sc_s, i, idx_s, idx_row, stride_idx_k, lo + i, key_lo,
+                    gl.where(lo + i < hi, count, 0), pool, blocks_ptr, rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b,
                     stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE, ROPE_OFF, FP8, NUM_IDX,
                     False, DENSE)
         _copy_index_block(idx_s, idx_row, stride_idx_k, lo + i, gl.where(lo + i < hi, count, 0), NUM_IDX, DENSE,
@@ -323,13 +397,14 @@ def _ring_prologue(lat_s, rope_s, sc_s, idx_s, idx_row, stride_idx_k, lo, hi, co
 
 
 @gluon.jit
-def _ring_loop(q_s, q_rope, lat_s, rope_s, sc_s, lat_bf, idx_s, idx_row, stride_idx_k, lo, hi, count, pool,
+def _ring_loop(q_s, q_rope, lat_s, rope_s, sc_s, lat_bf, idx_s, idx_row, stride_idx_k, lo, hi, key_lo, count, pool,
                blocks_ptr, rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b, stride_b_s,
-               stride_r_b, stride_r_s, stride_s_b, stride_s_s, qk_scale, vis_lo, vis_hi, PAGE_SIZE: gl.constexpr,
-               ROPE_OFF: gl.constexpr, NUM_SLOTS: gl.constexpr, DENSE: gl.constexpr):
+               stride_r_b, stride_r_s, stride_s_b, stride_s_s, qk_scale, mask_rows, vis_lo, vis_hi,
+               PAGE_SIZE: gl.constexpr, ROPE_OFF: gl.constexpr, NUM_SLOTS: gl.constexpr, DENSE: gl.constexpr):
     """Online softmax of the rows of q (`q_s`, `q_rope`) over blocks `[lo, hi)` of the entries at `idx_row`
     (keys at or past `count` are no key), after `_ring_prologue`: (four output chunks, m, per-column row sums),
-    every copy waited for. DENSE: S is also masked by each row's visible keys `[vis_lo, vis_hi)`.
+    every copy waited for. DENSE: keys below `key_lo` are no key either, and when `mask_rows` (rows of several
+    query tokens) S is also masked by each row's visible keys `[vis_lo, vis_hi)`.
 
     Copy group t (t < NUM_SLOTS - 1: the prologue's; else issued in iteration t - NUM_SLOTS + 1) holds the rows
     of block lo + t and the entries of block lo + t + NUM_SLOTS - 1, so once iteration t has waited for group t,
@@ -354,7 +429,7 @@ def _ring_loop(q_s, q_rope, lat_s, rope_s, sc_s, lat_bf, idx_s, idx_row, stride_
         # block j + NUM_SLOTS - 1's rows into the slot block j - 1 used, and the entries of the block after
         nxt = j + NUM_SLOTS - 1
         _copy_block(lat_s, rope_s, sc_s, (j - lo + NUM_SLOTS - 1) % NUM_SLOTS, idx_s, idx_row, stride_idx_k, nxt,
-                    gl.where(nxt < hi, count, 0), pool, blocks_ptr, rope_ptr, scales_ptr, layer_off, r_layer_off,
+                    key_lo, gl.where(nxt < hi, count, 0), pool, blocks_ptr, rope_ptr, scales_ptr, layer_off, r_layer_off,
                     s_layer_off, stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE,
                     ROPE_OFF, FP8, NUM_IDX, True, DENSE)
         ahead = nxt + NUM_SLOTS - 1
@@ -362,7 +437,10 @@ def _ring_loop(q_s, q_rope, lat_s, rope_s, sc_s, lat_bf, idx_s, idx_row, stride_
                           PAGE_SIZE)
         async_copy.commit_group()
 
-        _, s_ok = _ring_rows(idx_s, j, count, pool, NUM_IDX, key_l, DENSE, PAGE_SIZE)
+        if DENSE:
+            _, _, s_ok = _dense_rows(idx_s, idx_row, j, key_lo, count, pool, NUM_IDX, True, key_l, PAGE_SIZE)
+        else:
+            _, s_ok = _ring_rows(idx_s, j, count, pool, NUM_IDX, key_l)
         slot = (j - lo) % NUM_SLOTS
         if FP8:
             _widen(lat_s.index(slot), lat_bf)
@@ -374,9 +452,10 @@ def _ring_loop(q_s, q_rope, lat_s, rope_s, sc_s, lat_bf, idx_s, idx_row, stride_
             sc = qk_scale
         s = _logits(q_s, q_rope, lat, rope_s.index(slot), s_ok, sc, qk_scale, FP8)
         if DENSE:
-            keys = j * BLOCK_N + gl.arange(0, BLOCK_N, key_l)
-            vis = (keys[None, :] >= vis_lo[:, None]) & (keys[None, :] < vis_hi[:, None])
-            s = gl.where(vis, s, float("-inf"))
+            if mask_rows:
+                keys = j * BLOCK_N + gl.arange(0, BLOCK_N, key_l)
+                vis = (keys[None, :] >= vis_lo[:, None]) & (keys[None, :] < vis_hi[:, None])
+                s = gl.where(vis, s, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, axis=1))
         # rows that have seen no key yet keep m = -inf; shift them by 0 so exp2 gives 0, not NaN
         m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
@@ -458,8 +537,8 @@ def _mla_sparse_decode_ring_kernel(
     hi = (split + 1) * num_blocks // num_splits
     idx_row = idx_ptr + tok.to(gl.int64) * stride_idx_t
     layer = layer_idx.to(gl.int64)
-    _ring_prologue(lat_s, rope_s, sc_s, idx_s, idx_row, stride_idx_k, lo, hi, count, pool_rows, blocks_ptr, rope_ptr,
-                   scales_ptr, layer * stride_b_l, layer * stride_r_l, layer * stride_s_l, stride_b_b, stride_b_s,
+    _ring_prologue(lat_s, rope_s, sc_s, idx_s, idx_row, stride_idx_k, lo, hi, 0, count, pool_rows, blocks_ptr,
+                   rope_ptr, scales_ptr, layer * stride_b_l, layer * stride_r_l, layer * stride_s_l, stride_b_b, stride_b_s,
                    stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE, ROPE_OFF, NUM_SLOTS, False)
 
     # q (rows past num_heads are zeros), while the first copies fly
@@ -477,9 +556,10 @@ def _mla_sparse_decode_ring_kernel(
     q_rope = qr_s.load(gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2))
 
     acc0, acc1, acc2, acc3, m_i, l_cols = _ring_loop(
-        q_s, q_rope, lat_s, rope_s, sc_s, lat_bf, idx_s, idx_row, stride_idx_k, lo, hi, count, pool_rows, blocks_ptr,
-        rope_ptr, scales_ptr, layer * stride_b_l, layer * stride_r_l, layer * stride_s_l, stride_b_b, stride_b_s,
-        stride_r_b, stride_r_s, stride_s_b, stride_s_s, qk_scale, 0, 0, PAGE_SIZE, ROPE_OFF, NUM_SLOTS, False)
+        q_s, q_rope, lat_s, rope_s, sc_s, lat_bf, idx_s, idx_row, stride_idx_k, lo, hi, 0, count, pool_rows,
+        blocks_ptr, rope_ptr, scales_ptr, layer * stride_b_l, layer * stride_r_l, layer * stride_s_l, stride_b_b,
+        stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s, qk_scale, False, 0, 0, PAGE_SIZE, ROPE_OFF,
+        NUM_SLOTS, False)
 
     l_i, has, lse = _row_lse(m_i, l_cols)
     rows = gl.arange(0, BLOCK_M, gl.SliceLayout(1, layout))
