@@ -1,14 +1,15 @@
 """A/B of the two Gluon ring kernels on the same rows: 256 sequences x 2048 keys, 16 heads, one query token each,
 bf16, pages of 64 (each worker of the dense kernel takes one whole sequence: no combine).
 
-    PYTHONPATH=src python3 benchmarks/experiments/ring_pattern_ab.py
+    PYTHONPATH=src python3 benchmarks/experiments/ring_pattern_ab.py [--eager]
 
 Rows: the dense ring kernel (table entries), the sparse ring kernel with every sequence's rows as its index row in
 order (the same addresses the dense kernel reads) and shuffled, and the Triton dense kernel. CUDA-graph replays;
-the copy ceiling of the same run.
+the copy ceiling of the same run. `--eager`: call each kernel twice without timing (for a profiler).
 """
 
 import statistics
+import sys
 
 import torch
 
@@ -71,7 +72,13 @@ def main():
     def sparse(idx):
         return lambda: pm.mla_decode_kv_cache_ragged(q, offsets, kv, 0, 0.1, mask="null", output=out, indices=idx,
                                                      topk_lengths=topk, qk_rope_head_dim=64, backend="triton")
-    for name, fn in (("dense ring", dense(RING)), ("dense triton (heuristic)", dense(None)),
+    if "--eager" in sys.argv:
+        for fn in (dense(RING), sparse(rows)):
+            fn()
+            fn()
+        torch.cuda.synchronize()
+        return
+    for name, fn in (("dense ring", dense(RING)), ("dense (heuristic)", dense(None)),
                      ("sparse ring, rows in order", sparse(rows)), ("sparse ring, rows shuffled", sparse(shuffled))):
         us = time_graph(fn)
         print(f"{name:28s} {us:8.1f} us  {nbytes / us / 1e6:.2f} TB/s  {nbytes / us / 1e6 / ceiling:.1%}")
