@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: ncu of the dense and sparse ring kernels on the same rows.
+# One device call (edit per session). This one: diagnostic variants of the dense ring (1: no row or key-lo mask;
+# 2: and no sequence loop) against the sparse ring on the same rows.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-timeout 250 ncu -k regex:ring_kernel --launch-skip 0 --launch-count 4 --section SpeedOfLight --section Occupancy \
-  --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
-  python3 benchmarks/experiments/ring_pattern_ab.py --eager > "$OUT/ncu-ring-$COMMIT.txt" 2>&1
-echo "ncu rc $?"; grep -E "ring_kernel|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Memory Throughput|DRAM Throughput|Warp Cycles Per Issued|Stall|Shared Memory Configuration Size|Dynamic Shared|Waves Per SM" "$OUT/ncu-ring-$COMMIT.txt" | head -80
+timeout 200 python3 benchmarks/experiments/ring_pattern_ab.py > "$OUT/ring-ab-diag-$COMMIT.txt" 2>&1
+echo "ab rc $?"; cat "$OUT/ring-ab-diag-$COMMIT.txt" | tail -9

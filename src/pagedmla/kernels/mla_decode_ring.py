@@ -67,6 +67,76 @@ def _stage_q(dst, q_ptr, row_start, num_rows, num_heads, stride_q_t, stride_q_h,
     dst.store(gl.load(q_ptr + off[:, None] + cols[None, :], mask=(r < num_rows)[:, None], other=0.0))
 
 
+@gluon.jit
+def _decode_sequence(b, w, first_seq, first_key, last_seq, stop_key, q_ptr, out_ptr, lse_ptr, part_out_ptr,
+                     part_lse_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, sink_ptr, blocks_ptr, rope_ptr,
+                     scales_ptr, lat_s, rope_s, sc_s, lat_bf, q_s, qr_s, idx_s, num_heads, mask_code, window,
+                     qk_scale, pool_pages, layer_off, r_layer_off, s_layer_off, stride_q_t, stride_q_h, stride_o_t,
+                     stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, stride_lt_b,
+                     stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE: gl.constexpr,
+                     ROPE_OFF: gl.constexpr, HAS_SINK: gl.constexpr, NUM_SLOTS: gl.constexpr, DIAG: gl.constexpr):
+    """Worker w's piece of sequence b (`[seg_lo, seg_hi)` of its keys, from the worker's schedule row): the ring
+    over the blocks its rows see, then the rows finished into `out` / `lse` (the whole sequence) or written as a
+    partial to slot `2w` (b is the worker's first sequence) or `2w + 1`."""
+    layout: gl.constexpr = _mma()
+    rows = gl.arange(0, BLOCK_M, gl.SliceLayout(1, layout))
+    row_start = gl.load(offsets_ptr + b)
+    num_q = gl.load(offsets_ptr + b + 1) - row_start
+    num_keys = gl.load(cache_lengths_ptr + b) + num_q
+    seg_lo = gl.where(b == first_seq, first_key, 0)
+    seg_hi = gl.where(b == last_seq, gl.minimum(stop_key, num_keys), num_keys)
+    num_rows = num_q * num_heads
+    if (num_rows > 0) & (seg_lo < seg_hi):
+        rows_ok = rows < num_rows
+        tok = rows // num_heads
+        heads = rows % num_heads
+        vis_lo, vis_hi = _visible_range(num_keys - num_q + tok, num_keys, mask_code, window)
+        # rows past the sequence's get the empty interval [num_keys, 0)
+        vis_lo = gl.where(rows_ok, gl.maximum(vis_lo, seg_lo), num_keys)
+        vis_hi = gl.where(rows_ok, gl.minimum(vis_hi, seg_hi), 0)
+        key_lo = gl.min(vis_lo, 0)
+        key_hi = gl.max(vis_hi, 0)
+        lo = key_lo // BLOCK_N
+        hi = gl.cdiv(key_hi, BLOCK_N)
+        table_row = lookup_ptr + b.to(gl.int64) * stride_lt_b
+        mask_rows = num_q > 1
+        mask_lo = key_lo
+        if DIAG >= 1:
+            mask_rows = False
+            mask_lo = 0
+        # the previous sequence's last block is read by every warp before its slots and q are overwritten
+        gl.thread_barrier()
+        _ring_prologue(lat_s, rope_s, sc_s, idx_s, table_row, 0, lo, hi, mask_lo, key_hi, pool_pages, blocks_ptr,
+                       rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b, stride_b_s,
+                       stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE, ROPE_OFF, NUM_SLOTS, True)
+        # q while the first copies fly
+        _stage_q(q_s, q_ptr, row_start, num_rows, num_heads, stride_q_t, stride_q_h, 0, D_LAT, _lat_copy())
+        _stage_q(qr_s, q_ptr, row_start, num_rows, num_heads, stride_q_t, stride_q_h, D_LAT, D_ROPE,
+                 _rope_copy())
+        gl.thread_barrier()
+        q_rope = qr_s.load(gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2))
+        acc0, acc1, acc2, acc3, m_i, l_cols = _ring_loop(
+            q_s, q_rope, lat_s, rope_s, sc_s, lat_bf, idx_s, table_row, 0, lo, hi, mask_lo, key_hi, pool_pages,
+            blocks_ptr, rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b, stride_b_s,
+            stride_r_b, stride_r_s, stride_s_b, stride_s_s, qk_scale, mask_rows, vis_lo, vis_hi, PAGE_SIZE,
+            ROPE_OFF, NUM_SLOTS, True)
+
+        l_i, has, lse = _row_lse(m_i, l_cols)
+        if (seg_lo == 0) & (seg_hi == num_keys):
+            # the whole sequence is here: finish and write out
+            inv = _finish_scale(l_i, has, m_i, sink_ptr, heads, rows_ok, HAS_SINK)
+            o_tok = (row_start + tok).to(gl.int64)
+            _store_rows(out_ptr, o_tok * stride_o_t + heads.to(gl.int64) * stride_o_h, acc0, acc1, acc2, acc3,
+                        inv, rows_ok)
+            gl.store(lse_ptr + o_tok * stride_lse_t + heads.to(gl.int64) * stride_lse_h, lse, mask=rows_ok)
+        else:
+            slot = (2 * w + (b != first_seq).to(gl.int32)).to(gl.int64)
+            inv = gl.where(has, 1.0 / gl.where(has, l_i, 1.0), 0.0)
+            _store_rows(part_out_ptr, slot * stride_po_s + rows.to(gl.int64) * stride_po_r, acc0, acc1, acc2,
+                        acc3, inv, rows_ok)
+            gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok)
+
+
 # sizes that change per step or per layer are not specialized (no recompile when one becomes 1 or changes its
 # divisibility by 16), the cache's and outputs' strides are (the 16-byte copies need their divisibility); the
 # page size is a compile-time constant (fixed per cache)
@@ -79,12 +149,11 @@ def _mla_decode_ring_kernel(
     stride_pl_s, stride_lt_b, stride_b_b, stride_b_l, stride_b_s, stride_r_b, stride_r_l, stride_r_s,
     stride_s_b, stride_s_l, stride_s_s,
     PAGE_SIZE: gl.constexpr, ROPE_OFF: gl.constexpr, HAS_SINK: gl.constexpr, NUM_SLOTS: gl.constexpr,
+    DIAG: gl.constexpr = 0,
 ):
     """Program w: worker w's span of the schedule (`pagedmla.kernels.mla_decode` documents its rows), sequence by
     sequence. The cache is as `_mla_sparse_decode_ring_kernel` takes it; `pool_pages` is its page count (table
     entries outside `[0, pool_pages)` read no row)."""
-    layout: gl.constexpr = _mma()
-    row_l: gl.constexpr = gl.SliceLayout(1, layout)
     w = gl.program_id(0)
     lat_s, rope_s, sc_s, lat_bf, q_s, qr_s, idx_s = _ring_buffers(q_ptr, blocks_ptr, NUM_SLOTS)
     sched = schedule_ptr + (1 + w) * 4
@@ -96,58 +165,24 @@ def _mla_decode_ring_kernel(
     layer_off = layer * stride_b_l
     r_layer_off = layer * stride_r_l
     s_layer_off = layer * stride_s_l
-    rows = gl.arange(0, BLOCK_M, row_l)
 
-    b = first_seq
-    while b <= gl.minimum(last_seq, batch - 1):
-        row_start = gl.load(offsets_ptr + b)
-        num_q = gl.load(offsets_ptr + b + 1) - row_start
-        num_keys = gl.load(cache_lengths_ptr + b) + num_q
-        seg_lo = gl.where(b == first_seq, first_key, 0)
-        seg_hi = gl.where(b == last_seq, gl.minimum(stop_key, num_keys), num_keys)
-        num_rows = num_q * num_heads
-        if (num_rows > 0) & (seg_lo < seg_hi):
-            rows_ok = rows < num_rows
-            tok = rows // num_heads
-            heads = rows % num_heads
-            vis_lo, vis_hi = _visible_range(num_keys - num_q + tok, num_keys, mask_code, window)
-            # rows past the sequence's get the empty interval [num_keys, 0)
-            vis_lo = gl.where(rows_ok, gl.maximum(vis_lo, seg_lo), num_keys)
-            vis_hi = gl.where(rows_ok, gl.minimum(vis_hi, seg_hi), 0)
-            key_lo = gl.min(vis_lo, 0)
-            key_hi = gl.max(vis_hi, 0)
-            lo = key_lo // BLOCK_N
-            hi = gl.cdiv(key_hi, BLOCK_N)
-            table_row = lookup_ptr + b.to(gl.int64) * stride_lt_b
-            # the previous sequence's last block is read by every warp before its slots and q are overwritten
-            gl.thread_barrier()
-            _ring_prologue(lat_s, rope_s, sc_s, idx_s, table_row, 0, lo, hi, key_lo, key_hi, pool_pages, blocks_ptr,
-                           rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b, stride_b_s,
-                           stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE, ROPE_OFF, NUM_SLOTS, True)
-            # q while the first copies fly
-            _stage_q(q_s, q_ptr, row_start, num_rows, num_heads, stride_q_t, stride_q_h, 0, D_LAT, _lat_copy())
-            _stage_q(qr_s, q_ptr, row_start, num_rows, num_heads, stride_q_t, stride_q_h, D_LAT, D_ROPE,
-                     _rope_copy())
-            gl.thread_barrier()
-            q_rope = qr_s.load(gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2))
-            acc0, acc1, acc2, acc3, m_i, l_cols = _ring_loop(
-                q_s, q_rope, lat_s, rope_s, sc_s, lat_bf, idx_s, table_row, 0, lo, hi, key_lo, key_hi, pool_pages,
-                blocks_ptr, rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b, stride_b_s,
-                stride_r_b, stride_r_s, stride_s_b, stride_s_s, qk_scale, num_q > 1, vis_lo, vis_hi, PAGE_SIZE,
-                ROPE_OFF, NUM_SLOTS, True)
-
-            l_i, has, lse = _row_lse(m_i, l_cols)
-            if (seg_lo == 0) & (seg_hi == num_keys):
-                # the whole sequence is here: finish and write out
-                inv = _finish_scale(l_i, has, m_i, sink_ptr, heads, rows_ok, HAS_SINK)
-                o_tok = (row_start + tok).to(gl.int64)
-                _store_rows(out_ptr, o_tok * stride_o_t + heads.to(gl.int64) * stride_o_h, acc0, acc1, acc2, acc3,
-                            inv, rows_ok)
-                gl.store(lse_ptr + o_tok * stride_lse_t + heads.to(gl.int64) * stride_lse_h, lse, mask=rows_ok)
-            else:
-                slot = (2 * w + (b != first_seq).to(gl.int32)).to(gl.int64)
-                inv = gl.where(has, 1.0 / gl.where(has, l_i, 1.0), 0.0)
-                _store_rows(part_out_ptr, slot * stride_po_s + rows.to(gl.int64) * stride_po_r, acc0, acc1, acc2,
-                            acc3, inv, rows_ok)
-                gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok)
-        b += 1
+    if DIAG == 2:
+        _decode_sequence(first_seq, w, first_seq, first_key, last_seq, stop_key, q_ptr, out_ptr, lse_ptr,
+                         part_out_ptr, part_lse_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, sink_ptr,
+                         blocks_ptr, rope_ptr, scales_ptr, lat_s, rope_s, sc_s, lat_bf, q_s, qr_s, idx_s, num_heads,
+                         mask_code, window, qk_scale, pool_pages, layer_off, r_layer_off, s_layer_off, stride_q_t,
+                         stride_q_h, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r,
+                         stride_pl_s, stride_lt_b, stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b,
+                         stride_s_s, PAGE_SIZE, ROPE_OFF, HAS_SINK, NUM_SLOTS, DIAG)
+    else:
+        b = first_seq
+        while b <= gl.minimum(last_seq, batch - 1):
+            _decode_sequence(b, w, first_seq, first_key, last_seq, stop_key, q_ptr, out_ptr, lse_ptr, part_out_ptr,
+                             part_lse_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, sink_ptr, blocks_ptr,
+                             rope_ptr, scales_ptr, lat_s, rope_s, sc_s, lat_bf, q_s, qr_s, idx_s, num_heads,
+                             mask_code, window, qk_scale, pool_pages, layer_off, r_layer_off, s_layer_off,
+                             stride_q_t, stride_q_h, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h,
+                             stride_po_s, stride_po_r, stride_pl_s, stride_lt_b, stride_b_b, stride_b_s,
+                             stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE, ROPE_OFF, HAS_SINK,
+                             NUM_SLOTS, DIAG)
+            b += 1

@@ -228,7 +228,8 @@ def _launch_ring(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), part_out.stride(0),
         part_out.stride(1), part_lse.stride(0), lookup_table.stride(0), blocks.stride(0), blocks.stride(2),
         blocks.stride(3), rope.stride(0), rope.stride(2), rope.stride(3), *s_strides,
-        PAGE_SIZE=blocks.shape[3], ROPE_OFF=rope_off, HAS_SINK=has_sink, NUM_SLOTS=slots, num_warps=4)
+        PAGE_SIZE=blocks.shape[3], ROPE_OFF=rope_off, HAS_SINK=has_sink, NUM_SLOTS=slots, num_warps=4,
+        DIAG=int(__import__("os").environ.get("PAGEDMLA_RING_DIAG", "0")))
 
 
 def decode_ws_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx: int) -> bool:
