@@ -197,23 +197,39 @@ def _rows_in(idx_s, idx_row, stride_idx_k, block, count, pool_rows, NUM_IDX: gl.
 
 
 @gluon.jit
+def _dense_page(idx_s, table_row, block, count, NUM_IDX: gl.constexpr, FROM_RING: gl.constexpr,
+                PAGE_SIZE: gl.constexpr):
+    """The page of block `block` when the page size is a multiple of the block (one page per block), as a
+    scalar: from the index ring (its first entry) or (the prologue) loaded from the table; -1 past `count`."""
+    if FROM_RING:
+        one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        return gl.max(idx_s.index(block % NUM_IDX).slice(0, 1).load(one), axis=0)
+    else:
+        return gl.load(table_row + (block * BLOCK_N) // PAGE_SIZE, mask=block * BLOCK_N < count, other=-1)
+
+
+@gluon.jit
 def _dense_rows(idx_s, table_row, block, key_lo, count, pool_pages, NUM_IDX: gl.constexpr, FROM_RING: gl.constexpr,
                 layout: gl.constexpr, PAGE_SIZE: gl.constexpr):
     """The dense kernel's (page, slot, is a key) of block `block`'s keys in `layout` (1-D): the pages are the
     keys' lookup-table entries, from the index ring or (the prologue) loaded from memory. Keys outside
     `[key_lo, count)` and entries outside `[0, pool_pages)` are no key (page 0, never read). When the page size
-    is a multiple of the block, the block is one run of slots of one page: no division per key."""
-    keys = block * BLOCK_N + gl.arange(0, BLOCK_N, layout)
-    if FROM_RING:
-        page = idx_s.index(block % NUM_IDX).load(layout)
-    else:
-        page = gl.load(table_row + keys // PAGE_SIZE, mask=keys < count, other=-1)
-    ok = (keys >= key_lo) & (keys < count) & (page >= 0) & (page < pool_pages)
+    is a multiple of the block, the block is one run of slots of one page, whose entry is read once (a scalar):
+    no division per key, and the copies' addresses are a base plus per-row constants, so they issue early."""
+    r = gl.arange(0, BLOCK_N, layout)
+    keys = block * BLOCK_N + r
+    in_range = (keys >= key_lo) & (keys < count)
     if PAGE_SIZE % BLOCK_N == 0:
-        slot = (block * BLOCK_N) % PAGE_SIZE + gl.arange(0, BLOCK_N, layout)
+        page = _dense_page(idx_s, table_row, block, count, NUM_IDX, FROM_RING, PAGE_SIZE)
+        page_ok = (page >= 0) & (page < pool_pages)
+        return gl.where(page_ok, page, 0), (block * BLOCK_N) % PAGE_SIZE + r, in_range & page_ok
     else:
-        slot = keys % PAGE_SIZE
-    return gl.where(ok, page, 0), slot, ok
+        if FROM_RING:
+            page = idx_s.index(block % NUM_IDX).load(layout)
+        else:
+            page = gl.load(table_row + keys // PAGE_SIZE, mask=keys < count, other=-1)
+        ok = in_range & (page >= 0) & (page < pool_pages)
+        return gl.where(ok, page, 0), keys % PAGE_SIZE, ok
 
 
 @gluon.jit
@@ -239,10 +255,10 @@ def _copy_dense_block(lat_s, rope_s, sc_s, slot, idx_s, table_row, block, key_lo
     lat_layout: gl.constexpr = _lat_layout(FP8)
     page_l, slot_l, ok_l = _dense_rows(idx_s, table_row, block, key_lo, count, pool_pages, NUM_IDX, FROM_RING,
                                        gl.SliceLayout(1, lat_layout), PAGE_SIZE)
-    page_r, slot_r, ok_r = _dense_rows(idx_s, table_row, block, key_lo, count, pool_pages, NUM_IDX, FROM_RING,
-                                       gl.SliceLayout(1, _rope_copy()), PAGE_SIZE)
     _copy_rows(lat_s.index(slot), blocks_ptr, _dense_offset(page_l, slot_l, layer_off, stride_b, stride_s), ok_l, 0,
                D_LAT, lat_layout)
+    page_r, slot_r, ok_r = _dense_rows(idx_s, table_row, block, key_lo, count, pool_pages, NUM_IDX, FROM_RING,
+                                       gl.SliceLayout(1, _rope_copy()), PAGE_SIZE)
     if FP8:
         _copy_rows(rope_s.index(slot), rope_ptr, _dense_offset(page_r, slot_r, r_layer_off, stride_r_b, stride_r_s),
                    ok_r, ROPE_OFF, D_ROPE, _rope_copy())
