@@ -1060,14 +1060,26 @@ def run_ring_case(heads, page_size, cache, new, kind, *, mask="causal", window=-
 @pytest.mark.parametrize("mask,window", [("causal", -1), ("null", -1), ("sliding_window_causal", 100),
                                          ("sliding_window_noncausal", 37), ("chunked_causal", 50)])
 @pytest.mark.parametrize("parts", [None, 7, 300], ids=["plan", "W7", "W300"])
-def test_gpu_ring(heads, page_size, cache, new, kind, mask, window, parts, fp8_features, call_counter):
-    """The public dense decode runs the Gluon ring kernel for up to 16 rows per sequence (its launches are
-    counted): every mask, a sink with the causal one, and every schedule (the plan's, few workers holding
+def test_gpu_ring(heads, page_size, cache, new, kind, mask, window, parts, call_counter):
+    """The Gluon ring kernel (`launch_decode` with its config; launches counted) for up to 16 rows per
+    sequence: every mask, a sink with the causal one, and every schedule (the plan's, few workers holding
     several sequences, more workers than key blocks: empty ranges)."""
     launches = call_counter(_triton_decode, "_launch_ring")
     run_ring_case(heads, page_size, cache, new, kind, mask=mask, window=window, sink=mask == "causal",
-                  parts=parts, seed=heads + page_size)
+                  parts=parts, config=RING, seed=heads + page_size)
     assert launches[0] == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["bf16", "fp16", "fp8"])
+def test_gpu_ring_public_dispatch(kind, fp8_features, call_counter):
+    """The public decode takes the ring kernel on schedules of two workers per SM (what a plan for a big batch
+    builds) and the Triton kernel on fewer workers, with the same answers."""
+    launches = call_counter(_triton_decode, "_launch_ring")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for parts, want in ((2 * sms, 1), (7, 1)):
+        run_ring_case(16, 64, [1000, 0, 63, 4000, 129], [1, 1, 1, 1, 1], kind, parts=parts, seed=parts)
+        assert launches[0] == want
 
 
 @pytest.mark.gpu
@@ -1095,7 +1107,10 @@ def test_gpu_ring_cuda_graph_replay(call_counter):
     kv = first.kv
     static_q = torch.randn(rows, heads, 576, device="cuda").to(torch.bfloat16)
     out = torch.full((rows, heads, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
-    plan = pm.mla_decode_plan(first.input_row_offsets, kv, num_heads=heads, backend="triton")
+    # two workers per SM, as a plan for a big batch schedules them (this batch alone would not take the ring)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    plan = pm.mla_decode_plan(first.input_row_offsets, kv, num_heads=heads, num_partitions=2 * sms,
+                              backend="triton")
     call = {"mask": "causal", "output": out, "plan": plan, "return_lse": True, "backend": "triton"}
     pm.mla_decode_kv_cache_ragged(static_q, first.input_row_offsets, kv, 1, SCALE, **call)
     torch.cuda.synchronize()
@@ -1155,23 +1170,25 @@ def test_ring_dispatch_rules(monkeypatch):
     monkeypatch.setattr(_triton_decode, "interpreter_enabled", lambda: False)
     cuda = torch.device("cuda")
     bf16 = KVCacheParams(1, 576, True, 64, 1, torch.bfloat16)
-    assert _triton_decode.ring_planned(bf16, num_heads=16, max_q=1, device=cuda)
-    assert _triton_decode.ring_planned(bf16, num_heads=4, max_q=4, device=cuda)
-    assert not _triton_decode.ring_planned(bf16, num_heads=16, max_q=2, device=cuda)
+    big = dict(device=cuda, batch=128, max_keys=4096)
+    assert _triton_decode.ring_planned(bf16, num_heads=16, max_q=1, **big)
+    assert _triton_decode.ring_planned(bf16, num_heads=4, max_q=4, **big)
+    assert not _triton_decode.ring_planned(bf16, num_heads=16, max_q=1, device=cuda, batch=16, max_keys=4096)
+    assert not _triton_decode.ring_planned(bf16, num_heads=16, max_q=2, **big)
     assert not _triton_decode.ring_planned(KVCacheParams(1, 576, True, 64, 1, torch.float32), num_heads=16,
-                                           max_q=1, device=cuda)
+                                           max_q=1, **big)
     rope = KVCacheParams(1, 640, True, 64, 1, torch.float8_e4m3fn, quantization_granularity=640,
                          per_token_scale_rope_aware=True)
-    assert _triton_decode.ring_planned(rope, num_heads=16, max_q=1, device=cuda)
+    assert _triton_decode.ring_planned(rope, num_heads=16, max_q=1, **big)
     monkeypatch.setattr(_triton_decode, "is_hopper", lambda device: False)
     assert not ready(q, blocks, out, None, None, False, 1)
-    assert not _triton_decode.ring_planned(bf16, num_heads=16, max_q=1, device=cuda)
+    assert not _triton_decode.ring_planned(bf16, num_heads=16, max_q=1, **big)
 
 
 def test_ring_heuristics():
     """`ring=True` picks the ring config for tiles of up to 16 rows only (and never in the interpreter), and a
     plan that expects the ring schedules two workers per SM."""
-    from pagedmla.configs.decode import RING, RING_SLOTS, plan_heuristic, programs_per_sm
+    from pagedmla.configs.decode import RING, RING_SLOTS, plan_heuristic, programs_per_sm, ring_worth_it
     common = dict(kv_lora_rank=512, rope_dim=64, q_dtype=torch.bfloat16, cache_dtype=torch.bfloat16, batch=64)
     assert heuristic(num_heads=16, max_q=1, ring=True, **common) == RING
     assert (RING.block_m, RING.block_n, RING.num_warps, RING.ring_slots) == (16, 32, 4, RING_SLOTS)
@@ -1181,6 +1198,11 @@ def test_ring_heuristics():
     assert heuristic(num_heads=16, max_q=1, ring=True, interpret=True, **common).ring_slots == 0
     assert programs_per_sm(num_heads=16, max_q=1, batch=64, max_keys=4096, rope_aware_fp8=False, ring=True) == 2
     assert programs_per_sm(num_heads=16, max_q=2, batch=64, max_keys=4096, rope_aware_fp8=False, ring=True) == 1
+    # plans take the ring from B128 N4096 (bf16) and B64 N4096 (the rope-aware FP8 row) on
+    assert ring_worth_it(batch=128, max_keys=4096, rope_aware_fp8=False)
+    assert not ring_worth_it(batch=64, max_keys=4096, rope_aware_fp8=False)
+    assert ring_worth_it(batch=64, max_keys=4096, rope_aware_fp8=True)
+    assert not ring_worth_it(batch=16, max_keys=4096, rope_aware_fp8=True)
     assert plan_heuristic(batch=64, num_heads=16, max_q=1, max_keys=4096, num_sms=132,
                           programs_per_sm=2).num_workers == 256
 

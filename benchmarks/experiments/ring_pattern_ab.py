@@ -78,13 +78,6 @@ def main():
             fn()
         torch.cuda.synchronize()
         return
-    import os
-    rows_ab = []
-    for diag in ("0", "1", "2"):
-        os.environ["PAGEDMLA_RING_DIAG"] = diag
-        us = time_graph(dense(RING))
-        print(f"dense ring diag {diag}            {us:8.1f} us  {nbytes / us / 1e6:.2f} TB/s")
-    os.environ["PAGEDMLA_RING_DIAG"] = "0"
     for name, fn in (("dense ring", dense(RING)), ("dense (heuristic)", dense(None)),
                      ("sparse ring, rows in order", sparse(rows)), ("sparse ring, rows shuffled", sparse(shuffled))):
         us = time_graph(fn)

@@ -110,6 +110,17 @@ TWO_PER_SM_MIN_KEYS = 1 << 19
 # memory each) share an SM, as the sparse ring kernel measured best (`configs.sparse_decode.RING_SLOTS`)
 RING_SLOTS = 2
 RING = DecodeConfig(block_m=16, block_n=32, num_warps=4, num_stages=1, ring_slots=RING_SLOTS)
+# batch keys (batch x longest sequence) from which a plan schedules the ring kernel, two workers per SM. H200,
+# 16 heads, one query token (benchmarks/decode_probe.py, benchmarks/results/session-12/): bf16 B128 N4096 156.6
+# us against 160.0 for the Triton tile at its 128 workers, B64 N4096 90.4 against 88.3 (the ring splits each
+# sequence in four); the rope-aware FP8 row B64 N4096 116.1 against 130.8-135.0
+RING_MIN_KEYS = 1 << 19
+RING_MIN_KEYS_FP8 = 1 << 18
+
+
+def ring_worth_it(*, batch: int, max_keys: int, rope_aware_fp8: bool) -> bool:
+    """Whether a plan whose calls the ring kernel can take should schedule it (see RING_MIN_KEYS)."""
+    return batch * max(1, max_keys) >= (RING_MIN_KEYS_FP8 if rope_aware_fp8 else RING_MIN_KEYS)
 
 
 def programs_per_sm(*, num_heads: int, max_q: int, batch: int, max_keys: int, rope_aware_fp8: bool,

@@ -74,7 +74,7 @@ def _decode_sequence(b, w, first_seq, first_key, last_seq, stop_key, q_ptr, out_
                      qk_scale, pool_pages, layer_off, r_layer_off, s_layer_off, stride_q_t, stride_q_h, stride_o_t,
                      stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, stride_lt_b,
                      stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE: gl.constexpr,
-                     ROPE_OFF: gl.constexpr, HAS_SINK: gl.constexpr, NUM_SLOTS: gl.constexpr, DIAG: gl.constexpr):
+                     ROPE_OFF: gl.constexpr, HAS_SINK: gl.constexpr, NUM_SLOTS: gl.constexpr):
     """Worker w's piece of sequence b (`[seg_lo, seg_hi)` of its keys, from the worker's schedule row): the ring
     over the blocks its rows see, then the rows finished into `out` / `lse` (the whole sequence) or written as a
     partial to slot `2w` (b is the worker's first sequence) or `2w + 1`."""
@@ -99,14 +99,9 @@ def _decode_sequence(b, w, first_seq, first_key, last_seq, stop_key, q_ptr, out_
         lo = key_lo // BLOCK_N
         hi = gl.cdiv(key_hi, BLOCK_N)
         table_row = lookup_ptr + b.to(gl.int64) * stride_lt_b
-        mask_rows = num_q > 1
-        mask_lo = key_lo
-        if DIAG >= 1:
-            mask_rows = False
-            mask_lo = 0
         # the previous sequence's last block is read by every warp before its slots and q are overwritten
         gl.thread_barrier()
-        _ring_prologue(lat_s, rope_s, sc_s, idx_s, table_row, 0, lo, hi, mask_lo, key_hi, pool_pages, blocks_ptr,
+        _ring_prologue(lat_s, rope_s, sc_s, idx_s, table_row, 0, lo, hi, key_lo, key_hi, pool_pages, blocks_ptr,
                        rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b, stride_b_s,
                        stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE, ROPE_OFF, NUM_SLOTS, True)
         # q while the first copies fly
@@ -116,9 +111,9 @@ def _decode_sequence(b, w, first_seq, first_key, last_seq, stop_key, q_ptr, out_
         gl.thread_barrier()
         q_rope = qr_s.load(gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2))
         acc0, acc1, acc2, acc3, m_i, l_cols = _ring_loop(
-            q_s, q_rope, lat_s, rope_s, sc_s, lat_bf, idx_s, table_row, 0, lo, hi, mask_lo, key_hi, pool_pages,
+            q_s, q_rope, lat_s, rope_s, sc_s, lat_bf, idx_s, table_row, 0, lo, hi, key_lo, key_hi, pool_pages,
             blocks_ptr, rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b, stride_b_s,
-            stride_r_b, stride_r_s, stride_s_b, stride_s_s, qk_scale, mask_rows, vis_lo, vis_hi, PAGE_SIZE,
+            stride_r_b, stride_r_s, stride_s_b, stride_s_s, qk_scale, num_q > 1, vis_lo, vis_hi, PAGE_SIZE,
             ROPE_OFF, NUM_SLOTS, True)
 
         l_i, has, lse = _row_lse(m_i, l_cols)
@@ -149,7 +144,6 @@ def _mla_decode_ring_kernel(
     stride_pl_s, stride_lt_b, stride_b_b, stride_b_l, stride_b_s, stride_r_b, stride_r_l, stride_r_s,
     stride_s_b, stride_s_l, stride_s_s,
     PAGE_SIZE: gl.constexpr, ROPE_OFF: gl.constexpr, HAS_SINK: gl.constexpr, NUM_SLOTS: gl.constexpr,
-    DIAG: gl.constexpr = 0,
 ):
     """Program w: worker w's span of the schedule (`pagedmla.kernels.mla_decode` documents its rows), sequence by
     sequence. The cache is as `_mla_sparse_decode_ring_kernel` takes it; `pool_pages` is its page count (table
@@ -166,23 +160,13 @@ def _mla_decode_ring_kernel(
     r_layer_off = layer * stride_r_l
     s_layer_off = layer * stride_s_l
 
-    if DIAG == 2:
-        _decode_sequence(first_seq, w, first_seq, first_key, last_seq, stop_key, q_ptr, out_ptr, lse_ptr,
-                         part_out_ptr, part_lse_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, sink_ptr,
-                         blocks_ptr, rope_ptr, scales_ptr, lat_s, rope_s, sc_s, lat_bf, q_s, qr_s, idx_s, num_heads,
-                         mask_code, window, qk_scale, pool_pages, layer_off, r_layer_off, s_layer_off, stride_q_t,
-                         stride_q_h, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r,
-                         stride_pl_s, stride_lt_b, stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b,
-                         stride_s_s, PAGE_SIZE, ROPE_OFF, HAS_SINK, NUM_SLOTS, DIAG)
-    else:
-        b = first_seq
-        while b <= gl.minimum(last_seq, batch - 1):
-            _decode_sequence(b, w, first_seq, first_key, last_seq, stop_key, q_ptr, out_ptr, lse_ptr, part_out_ptr,
-                             part_lse_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, sink_ptr, blocks_ptr,
-                             rope_ptr, scales_ptr, lat_s, rope_s, sc_s, lat_bf, q_s, qr_s, idx_s, num_heads,
-                             mask_code, window, qk_scale, pool_pages, layer_off, r_layer_off, s_layer_off,
-                             stride_q_t, stride_q_h, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h,
-                             stride_po_s, stride_po_r, stride_pl_s, stride_lt_b, stride_b_b, stride_b_s,
-                             stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE, ROPE_OFF, HAS_SINK,
-                             NUM_SLOTS, DIAG)
-            b += 1
+    b = first_seq
+    while b <= gl.minimum(last_seq, batch - 1):
+        _decode_sequence(b, w, first_seq, first_key, last_seq, stop_key, q_ptr, out_ptr, lse_ptr, part_out_ptr,
+                         part_lse_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, sink_ptr, blocks_ptr, rope_ptr,
+                         scales_ptr, lat_s, rope_s, sc_s, lat_bf, q_s, qr_s, idx_s, num_heads, mask_code, window,
+                         qk_scale, pool_pages, layer_off, r_layer_off, s_layer_off, stride_q_t, stride_q_h,
+                         stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
+                         stride_lt_b, stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s,
+                         PAGE_SIZE, ROPE_OFF, HAS_SINK, NUM_SLOTS)
+        b += 1

@@ -467,7 +467,7 @@ def _ring_loop(q_s, q_rope, lat_s, rope_s, sc_s, lat_bf, idx_s, idx_row, stride_
             lat = lat_s.index(slot)
             sc = qk_scale
         s = _logits(q_s, q_rope, lat, rope_s.index(slot), s_ok, sc, qk_scale, FP8)
-        if DENSE:
+        if DENSE:  # noqa: SIM102 (a compile-time test around a runtime one)
             if mask_rows:
                 keys = j * BLOCK_N + gl.arange(0, BLOCK_N, key_l)
                 vis = (keys[None, :] >= vis_lo[:, None]) & (keys[None, :] < vis_hi[:, None])

@@ -27,6 +27,7 @@ from ..configs.decode import (
     heuristic,
     plan_heuristic,
     programs_per_sm,
+    ring_worth_it,
 )
 from ..kernels.mla_decode import (
     _mla_decode_combine_kernel,
@@ -107,7 +108,8 @@ def plan(input_row_offsets, kv_collection, num_heads: int, num_partitions: int |
     cfg = plan_config(batch=batch, num_heads=num_heads, max_q=max_q, max_keys=max_keys, device=device,
                       num_partitions=num_partitions,
                       rope_aware_fp8=kv_collection.params.per_token_scale_rope_aware,
-                      ring=ring_planned(kv_collection.params, num_heads=num_heads, max_q=max_q, device=device))
+                      ring=ring_planned(kv_collection.params, num_heads=num_heads, max_q=max_q, device=device,
+                                        batch=batch, max_keys=max_keys))
     schedule = torch.empty((1 + cfg.num_workers + batch, 4), dtype=torch.int32, device=device)
     fill_schedule(schedule, input_row_offsets, kv_collection.cache_lengths, cfg)
     args = torch.tensor([batch, max_q, cfg.num_workers, max_keys], dtype=torch.int32, device=device)
@@ -189,13 +191,15 @@ def _ws_q_rows(q: torch.Tensor) -> torch.Tensor | None:
     return q.as_strided((rows * heads, width), (q.stride(1), 1))
 
 
-def ring_planned(params, *, num_heads: int, max_q: int, device: torch.device) -> bool:
-    """Whether a plan's calls will likely run the Gluon ring kernel (`decode_ring_ready` without the tensors:
-    q is assumed to be of the cache's dtype, bf16 for the rope-aware row): the plan then schedules two workers
-    per SM. A call that turns out not to fit runs the Triton kernel on the same schedule."""
+def ring_planned(params, *, num_heads: int, max_q: int, device: torch.device, batch: int, max_keys: int) -> bool:
+    """Whether a plan should schedule the Gluon ring kernel, two workers per SM: its calls can likely take it
+    (`decode_ring_ready` without the tensors: q is assumed to be of the cache's dtype, bf16 for the rope-aware
+    row) and the batch is big enough for it to win (`configs.decode.ring_worth_it`). A call that turns out not
+    to fit runs the Triton kernel on the same schedule."""
     q_dtype = torch.bfloat16 if params.per_token_scale_rope_aware else params.dtype
     return (_WS_AVAILABLE and not interpreter_enabled() and is_hopper(device) and num_heads * max(1, max_q) <= 16
-            and ring_dtypes_ok(q_dtype, params.dtype, params.head_size, params.per_token_scale_rope_aware))
+            and ring_dtypes_ok(q_dtype, params.dtype, params.head_size, params.per_token_scale_rope_aware)
+            and ring_worth_it(batch=batch, max_keys=max_keys, rope_aware_fp8=params.per_token_scale_rope_aware))
 
 
 def decode_ring_ready(q, blocks, out, scales, q_scale, rope_aware: bool, max_q: int) -> bool:
@@ -228,8 +232,7 @@ def _launch_ring(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), part_out.stride(0),
         part_out.stride(1), part_lse.stride(0), lookup_table.stride(0), blocks.stride(0), blocks.stride(2),
         blocks.stride(3), rope.stride(0), rope.stride(2), rope.stride(3), *s_strides,
-        PAGE_SIZE=blocks.shape[3], ROPE_OFF=rope_off, HAS_SINK=has_sink, NUM_SLOTS=slots, num_warps=4,
-        DIAG=int(__import__("os").environ.get("PAGEDMLA_RING_DIAG", "0")))
+        PAGE_SIZE=blocks.shape[3], ROPE_OFF=rope_off, HAS_SINK=has_sink, NUM_SLOTS=slots, num_warps=4)
 
 
 def decode_ws_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx: int) -> bool:
@@ -305,6 +308,8 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
                                               layer_idx)
     ring_ok = not interpret and decode_ring_ready(q, blocks, out, scales, q_scale if q_fp8 else None, rope_aware,
                                                   max_q)
+    # the heuristic takes the ring kernel only on schedules of two workers per SM (what a plan for it builds)
+    ring_pick = ring_ok and num_workers > _num_sms(q.device)
     if config is None:
         per_sm = launch_programs_per_sm(rope_aware=rope_aware, num_workers=num_workers,
                                         tiles=triton.cdiv(max_q * num_heads, block_m_for(num_heads, max_q)),
@@ -312,7 +317,7 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
         config = heuristic(num_heads=num_heads, max_q=max_q, kv_lora_rank=kv_lora_rank, rope_dim=rope,
                            q_dtype=q.dtype, cache_dtype=blocks.dtype, batch=batch, interpret=interpret,
                            compute_dtype=cd if quant else None, tile_scales=modes[0] in (2, 3),
-                           programs_per_sm=per_sm, warp_specialized=ws_ok, ring=ring_ok)
+                           programs_per_sm=per_sm, warp_specialized=ws_ok, ring=ring_pick)
     cfg = config
     if cfg.ring_slots and not ring_ok:
         raise ValueError(f"Invalid config: expected ring_slots 0 for a call the Gluon ring kernel cannot take "
