@@ -1198,13 +1198,30 @@ def test_ring_heuristics():
     assert heuristic(num_heads=16, max_q=1, ring=True, interpret=True, **common).ring_slots == 0
     assert programs_per_sm(num_heads=16, max_q=1, batch=64, max_keys=4096, rope_aware_fp8=False, ring=True) == 2
     assert programs_per_sm(num_heads=16, max_q=2, batch=64, max_keys=4096, rope_aware_fp8=False, ring=True) == 1
-    # plans take the ring from B128 N4096 (bf16) and B64 N4096 (the rope-aware FP8 row) on
-    assert ring_worth_it(batch=128, max_keys=4096, rope_aware_fp8=False)
-    assert not ring_worth_it(batch=64, max_keys=4096, rope_aware_fp8=False)
+    # plans take the ring from B64 N4096 on (2^18 batch keys)
+    assert ring_worth_it(batch=64, max_keys=4096, rope_aware_fp8=False)
+    assert not ring_worth_it(batch=32, max_keys=4096, rope_aware_fp8=False)
     assert ring_worth_it(batch=64, max_keys=4096, rope_aware_fp8=True)
     assert not ring_worth_it(batch=16, max_keys=4096, rope_aware_fp8=True)
     assert plan_heuristic(batch=64, num_heads=16, max_q=1, max_keys=4096, num_sms=132,
                           programs_per_sm=2).num_workers == 256
+
+
+def test_ring_plan_granularity(monkeypatch):
+    """A plan for the ring kernel (more workers than SMs: 4 off CUDA) cuts the keys in 32-key units, others
+    keep the heuristic's; a refreshed plan keeps its units."""
+    from pagedmla.configs.decode import RING_GRANULARITY
+    monkeypatch.setattr(_triton_decode, "interpreter_enabled", lambda: False)
+    cpu = torch.device("cpu")
+    kw = dict(batch=2, num_heads=16, max_q=1, max_keys=4096, device=cpu)
+    assert _triton_decode.plan_config(num_partitions=8, ring=True, **kw).granularity == RING_GRANULARITY == 32
+    assert _triton_decode.plan_config(num_partitions=4, ring=True, **kw).granularity == 64
+    assert _triton_decode.plan_config(num_partitions=8, **kw).granularity == 64
+    pb = make_paged_batch([300, 40], [1, 1], head_size=HEAD, page_size=16, seed=3)
+    plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=4, num_partitions=8, backend="triton")
+    plan = dataclasses.replace(plan, granularity=32)
+    pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=4, out=plan)
+    assert plan.schedule[0, 0].item() == 32
 
 
 def test_ring_rejects_bad_configs(monkeypatch):

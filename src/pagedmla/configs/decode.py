@@ -114,8 +114,11 @@ RING = DecodeConfig(block_m=16, block_n=32, num_warps=4, num_stages=1, ring_slot
 # 16 heads, one query token (benchmarks/decode_probe.py, benchmarks/results/session-12/): bf16 B128 N4096 156.6
 # us against 160.0 for the Triton tile at its 128 workers, B64 N4096 90.4 against 88.3 (the ring splits each
 # sequence in four); the rope-aware FP8 row B64 N4096 116.1 against 130.8-135.0
-RING_MIN_KEYS = 1 << 19
+RING_MIN_KEYS = 1 << 18
 RING_MIN_KEYS_FP8 = 1 << 18
+# keys per schedule unit of a ring plan: a 64-key unit cut B64 N4096's sequences (64 units plus 2 of fixed
+# cost) into pieces of 15, 17, 16 and 16 blocks at 256 workers; 32-key units into 31, 33, 32 and 32 of 32 keys
+RING_GRANULARITY = 32
 
 
 def ring_worth_it(*, batch: int, max_keys: int, rope_aware_fp8: bool) -> bool:

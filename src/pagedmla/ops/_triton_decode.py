@@ -19,6 +19,7 @@ import torch
 import triton
 
 from ..configs.decode import (
+    RING_GRANULARITY,
     CombineConfig,
     DecodeConfig,
     DecodePlanConfig,
@@ -77,6 +78,9 @@ def plan_config(*, batch: int, num_heads: int, max_q: int, max_keys: int, device
                          num_sms=_num_sms(device), interpret=interpreter_enabled(), programs_per_sm=per_sm)
     if num_partitions is not None:
         cfg = dataclasses.replace(cfg, num_workers=num_partitions)
+    if ring and cfg.num_workers > _num_sms(device):
+        # the launcher takes the ring kernel on this schedule: units of its 32-key blocks
+        cfg = dataclasses.replace(cfg, granularity=RING_GRANULARITY)
     return cfg
 
 
@@ -113,7 +117,7 @@ def plan(input_row_offsets, kv_collection, num_heads: int, num_partitions: int |
     schedule = torch.empty((1 + cfg.num_workers + batch, 4), dtype=torch.int32, device=device)
     fill_schedule(schedule, input_row_offsets, kv_collection.cache_lengths, cfg)
     args = torch.tensor([batch, max_q, cfg.num_workers, max_keys], dtype=torch.int32, device=device)
-    return DecodePlan(args, batch, max_q, cfg.num_workers, schedule, "triton")
+    return DecodePlan(args, batch, max_q, cfg.num_workers, schedule, "triton", cfg.granularity)
 
 
 def refresh_plan(plan_: DecodePlan, input_row_offsets: torch.Tensor, kv_collection) -> None:
@@ -126,6 +130,8 @@ def refresh_plan(plan_: DecodePlan, input_row_offsets: torch.Tensor, kv_collecti
                          f"got {kv_collection.batch_size}")
     cfg = plan_config(batch=plan_.batch_size, num_heads=1, max_q=plan_.max_seq_length, max_keys=1,
                       device=kv_collection.device, num_partitions=plan_.num_partitions)
+    if plan_.granularity:
+        cfg = dataclasses.replace(cfg, granularity=plan_.granularity)
     fill_schedule(plan_.schedule, input_row_offsets, kv_collection.cache_lengths, cfg)
 
 

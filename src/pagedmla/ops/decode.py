@@ -37,6 +37,7 @@ class DecodePlan:
         batch_size, max_seq_length, num_partitions: the same values on the host (they size launch grids).
         schedule: int32 work list of the split-KV scheduler on the device (empty for the reference backend).
         backend: the backend the plan was built for.
+        granularity: keys per unit of the schedule (Triton plans; 0: none), kept when the plan is refreshed.
     """
 
     scalar_args: Tensor
@@ -45,6 +46,7 @@ class DecodePlan:
     num_partitions: int
     schedule: Tensor
     backend: str
+    granularity: int = 0
 
 
 def _reference_plan(input_row_offsets: Tensor, kv: PagedKVCacheCollection, num_heads: int,
