@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: B64 N4096 at 16 heads with the ring planned (256 workers, 32-key
-# units) against the Triton tile at 128 workers, kernel and combine times (combine 2 or 4 pieces per step; also at
-# 128 heads B16); then the harness's 16-head decode rows.
+# One device call (edit per session). This one, the session's last: gpu tests of the final code (decode: the ring,
+# graphs, partitions; sparse: the ring and the folded calls it now takes), then the folded 16-head sparse probe
+# (q2: the ring unfolded against the folded Triton tiles; q4 for the record).
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-timeout 200 python3 benchmarks/decode_probe.py --sweep --workers 128,256 --case 64,4096,16,1 --case 64,4096,16,1,fp8 \
-  --config 16,64,8,5,interior --config 16,32,4,1,ring2 --profile --combine 2,4,512,4 --combine 4,4,512,4 \
-  > "$OUT/ring-b64-$COMMIT.txt" 2>&1
-echo "probe rc $?"; grep -v "^#" "$OUT/ring-b64-$COMMIT.txt" | grep -v "^|" | cut -c1-150
-timeout 100 python3 benchmarks/decode_probe.py --case 16,4096,128,1 --profile --combine 2,4,512,4 \
-  --combine 4,4,512,4 > "$OUT/combine-h128-$COMMIT.txt" 2>&1
-echo "probe h128 rc $?"; grep profile "$OUT/combine-h128-$COMMIT.txt" | cut -c1-150
-timeout 150 python3 -m pagedmla.cli bench decode --heads 16 --kv-dtype bf16 fp8 --no-reference --commit "$COMMIT" \
-  --json "$OUT/bench-decode-h16-$COMMIT.json" > "$OUT/bench-decode-h16-$COMMIT.txt" 2>&1
-echo "bench rc $?"; grep -E "^ceilings|^decode" "$OUT/bench-decode-h16-$COMMIT.txt" | cut -c1-140
+timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py \
+  -k "ring or graph or partitions or two_programs" > "$OUT/gpu-tests-decode-final-$COMMIT.txt" 2>&1
+echo "decode tests rc $?"; tail -1 "$OUT/gpu-tests-decode-final-$COMMIT.txt"; grep -E "^FAILED|Error" "$OUT/gpu-tests-decode-final-$COMMIT.txt" | head
+timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_sparse_decode_triton.py \
+  > "$OUT/gpu-tests-sparse-final-$COMMIT.txt" 2>&1
+echo "sparse tests rc $?"; tail -1 "$OUT/gpu-tests-sparse-final-$COMMIT.txt"; grep -E "^FAILED|Error" "$OUT/gpu-tests-sparse-final-$COMMIT.txt" | head
+timeout 90 python3 benchmarks/sparse_probe.py --cases H16-bf16kv-fold --sweep --budget-s 40 --out "$OUT" \
+  > "$OUT/sparse-fold-q2-$COMMIT.txt" 2>&1
+echo "fold q2 rc $?"; grep -E "H16" "$OUT/sparse-fold-q2-$COMMIT.txt" | cut -c1-150 | head -12
+timeout 90 python3 benchmarks/sparse_probe.py --cases H16-bf16kv-fold --query-tokens 4 --sweep --budget-s 40 \
+  --out "$OUT" > "$OUT/sparse-fold-q4-$COMMIT.txt" 2>&1
+echo "fold q4 rc $?"; grep -E "H16" "$OUT/sparse-fold-q4-$COMMIT.txt" | cut -c1-150 | head -12

@@ -648,6 +648,46 @@ def test_sparse_ring_rejects_one_slot(monkeypatch):
                                                                                        num_sms=132, slots=slots))
 
 
+def test_sparse_ring_takes_folded_calls_of_two_tokens(monkeypatch):
+    """fold_shared_index is a speed hint: with at most RING_UNFOLD_MAX_Q query tokens per sequence a call the ring
+    kernel can take unfolded runs it unfolded; with more, the folded Triton tile runs (launchers recorded, not
+    run: CPU tensors)."""
+    from pagedmla.configs.sparse_decode import RING_UNFOLD_MAX_Q
+    from pagedmla.ops import _triton_sparse_decode as sd
+
+    launched = []
+    monkeypatch.setattr(sd, "sparse_ring_ready", lambda *a, fold, **k: not fold)
+    monkeypatch.setattr(sd, "interpreter_enabled", lambda: False)
+    monkeypatch.setattr(sd, "_launch_ring", lambda *a, **k: launched.append("ring"))
+
+    class _Grid:
+        def __getitem__(self, grid):
+            return lambda *a, **k: launched.append(("triton", k["FOLD"]))
+    monkeypatch.setattr(sd, "_mla_sparse_decode_kernel", _Grid())
+    assert RING_UNFOLD_MAX_Q == 2
+    for q_len, want in ((2, "ring"), (3, ("triton", True))):
+        pb = make_paged_batch([40, 30], [q_len, q_len], head_size=576, page_size=16, seed=1, dtype=torch.bfloat16)
+        rows = pb.num_rows
+        sd.sparse_decode(torch.zeros(rows, 16, 576, dtype=torch.bfloat16), pb.input_row_offsets, pb.kv.blocks,
+                         pb.kv.cache_lengths, pb.kv.lookup_table, None, 0, 0.1, 0, -1, 1,
+                         torch.empty(rows, 16, 512, dtype=torch.bfloat16), torch.empty(rows, 16),
+                         max_seq_length=q_len, fold_shared_index=True, indices=torch.zeros(rows, 32, dtype=I32),
+                         topk_lengths=torch.full((2,), 32, dtype=I32))
+        assert launched[-1] == want, launched
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_kind", ["bf16", "rope"])
+def test_gpu_sparse_ring_takes_folded_calls(kv_kind, call_counter):
+    """A fold_shared_index call with two query tokens per sequence runs the ring kernel (each token's own index
+    row), against the reference."""
+    from pagedmla.ops import _triton_sparse_decode
+
+    launches = call_counter(_triton_sparse_decode, "_launch_ring")
+    _v32_case(16, kv_kind, "bf16", fold=True, sink=True, seed=5)
+    assert launches[0] == 1
+
+
 def test_sparse_ring_heuristic():
     """`ring=True` picks the ring kernel for groups of up to 16 rows only, two programs per SM at its default 2
     slots (one from 3 on): index rows are split only when the groups alone leave program slots idle, and never

@@ -77,6 +77,10 @@ def splits_for(*, programs: int, index_blocks: int, block_m: int, num_sms: int) 
 # 2048, bf16 (benchmarks/results/session-11/sparse-ring-92f1113.txt): 2 slots at two programs per SM (92 KB each)
 # 84.0 us; one program per SM with 3 / 4 / 5 slots 89.0 / 90.1 / 91.5 us; the Triton kernel 114.2 us
 RING_SLOTS = 2
+# fold_shared_index calls the ring kernel could take unfolded (one index row per token) run it unfolded up to this
+# many query tokens per sequence: each token gathers the rows again, but the folded 32-row Triton tile is slower
+# (benchmarks/sparse_probe.py, H200, 16 heads, B64, topk 2048, bf16, benchmarks/results/session-12/)
+RING_UNFOLD_MAX_Q = 2
 
 
 def ring_config(*, num_groups: int, topk: int, num_sms: int, slots: int = RING_SLOTS) -> SparseDecodeConfig:

@@ -16,7 +16,7 @@ import math
 import torch
 import triton
 
-from ..configs.sparse_decode import SparseDecodeConfig, combine_tile, heuristic
+from ..configs.sparse_decode import RING_UNFOLD_MAX_Q, SparseDecodeConfig, combine_tile, heuristic
 from ..kernels.mla_sparse_decode import _mla_sparse_decode_combine_kernel, _mla_sparse_decode_kernel
 from ._dispatch import (
     gluon_kernels_available,
@@ -156,11 +156,18 @@ def sparse_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, sca
     interpret = interpreter_enabled()
     cd = compute_dtype(q.dtype, blocks.dtype, rope_aware)
     fold = fold_shared_index and max_seq_length > 1
+    q_scale_ring = q_scale if q.dtype == _FP8 else None
+    if (fold and config is None and not interpret and max_seq_length <= RING_UNFOLD_MAX_Q
+            and sparse_ring_ready(q, blocks, out, scales, q_scale_ring, rope_aware=rope_aware, fold=False,
+                                  has_extra=has_extra)):
+        # the promise of shared index rows is a speed hint: the ring kernel reading each token's own row beats
+        # the folded Triton tile at these sizes (RING_UNFOLD_MAX_Q); same answers
+        fold = False
     rows_per_group = num_heads * max_seq_length if fold else num_heads
     num_groups = batch if fold else num_rows
     topk, x_topk = indices.shape[1], x_idx.shape[1] if has_extra else 0
-    ring = not interpret and sparse_ring_ready(q, blocks, out, scales, q_scale if q.dtype == _FP8 else None,
-                                               rope_aware=rope_aware, fold=fold, has_extra=has_extra)
+    ring = not interpret and sparse_ring_ready(q, blocks, out, scales, q_scale_ring, rope_aware=rope_aware,
+                                               fold=fold, has_extra=has_extra)
     cfg = config or heuristic(rows_per_group=rows_per_group, num_groups=num_groups, topk=topk + x_topk,
                               q_dtype=q.dtype, cache_dtype=blocks.dtype, compute_dtype=cd,
                               num_sms=_num_sms(q.device), interpret=interpret, rope_aware=rope_aware, ring=ring)
