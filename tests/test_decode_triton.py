@@ -1199,10 +1199,8 @@ def test_ring_heuristics():
     assert programs_per_sm(num_heads=16, max_q=1, batch=64, max_keys=4096, rope_aware_fp8=False, ring=True) == 2
     assert programs_per_sm(num_heads=16, max_q=2, batch=64, max_keys=4096, rope_aware_fp8=False, ring=True) == 1
     # plans take the ring from B64 N4096 on (2^18 batch keys)
-    assert ring_worth_it(batch=64, max_keys=4096, rope_aware_fp8=False)
-    assert not ring_worth_it(batch=32, max_keys=4096, rope_aware_fp8=False)
-    assert ring_worth_it(batch=64, max_keys=4096, rope_aware_fp8=True)
-    assert not ring_worth_it(batch=16, max_keys=4096, rope_aware_fp8=True)
+    assert ring_worth_it(batch=64, max_keys=4096) and ring_worth_it(batch=16, max_keys=16384)
+    assert not ring_worth_it(batch=32, max_keys=4096) and not ring_worth_it(batch=1, max_keys=16384)
     assert plan_heuristic(batch=64, num_heads=16, max_q=1, max_keys=4096, num_sms=132,
                           programs_per_sm=2).num_workers == 256
 

@@ -111,19 +111,20 @@ TWO_PER_SM_MIN_KEYS = 1 << 19
 RING_SLOTS = 2
 RING = DecodeConfig(block_m=16, block_n=32, num_warps=4, num_stages=1, ring_slots=RING_SLOTS)
 # batch keys (batch x longest sequence) from which a plan schedules the ring kernel, two workers per SM. H200,
-# 16 heads, one query token (benchmarks/decode_probe.py, benchmarks/results/session-12/): bf16 B128 N4096 156.6
-# us against 160.0 for the Triton tile at its 128 workers, B64 N4096 90.4 against 88.3 (the ring splits each
-# sequence in four); the rope-aware FP8 row B64 N4096 116.1 against 130.8-135.0
+# 16 heads, one query token (benchmarks/decode_probe.py, benchmarks/results/session-12/): with 32-key units
+# (ring-b64-f862af4...txt) B64 N4096 bf16 88.3 us against 88.4 for the Triton tile at its 128 workers, the
+# rope-aware FP8 row 114.2 against 132.3; with 64-key units (ring-probe-3680814...txt) B128 N4096 156.6 against
+# 160.0. Smaller batches keep the Triton tile: B16 N4096 and B1 N16384 were faster there against the first ring
+# version (ring-probe*-cb00d1d...txt), not re-measured since.
 RING_MIN_KEYS = 1 << 18
-RING_MIN_KEYS_FP8 = 1 << 18
 # keys per schedule unit of a ring plan: a 64-key unit cut B64 N4096's sequences (64 units plus 2 of fixed
 # cost) into pieces of 15, 17, 16 and 16 blocks at 256 workers; 32-key units into 31, 33, 32 and 32 of 32 keys
 RING_GRANULARITY = 32
 
 
-def ring_worth_it(*, batch: int, max_keys: int, rope_aware_fp8: bool) -> bool:
+def ring_worth_it(*, batch: int, max_keys: int) -> bool:
     """Whether a plan whose calls the ring kernel can take should schedule it (see RING_MIN_KEYS)."""
-    return batch * max(1, max_keys) >= (RING_MIN_KEYS_FP8 if rope_aware_fp8 else RING_MIN_KEYS)
+    return batch * max(1, max_keys) >= RING_MIN_KEYS
 
 
 def programs_per_sm(*, num_heads: int, max_q: int, batch: int, max_keys: int, rope_aware_fp8: bool,

@@ -7,7 +7,12 @@ Why. The Triton kernel's 16-row tile leaves its copies to the compiler's pipelin
 82-93% of the copy ceiling (BENCHMARKS.md), the sparse ring kernel 85-99% on as many rows. Here the ring's
 entries are the keys' lookup-table entries instead of top-k indices (key k of sequence b is row
 `table[b, k // page_size] * page_size + k % page_size`), copied one ring depth ahead of the rows like the
-indices, so no load from memory sits on the loop's critical path and any page size works.
+indices, so no load from memory sits on the loop's critical path and any page size works. When the page size
+is a multiple of the 32-key block, a block is one run of rows of one page: its page is read once (a scalar)
+and the rows' addresses are that page's plus per-row constants, so the copies issue at the top of the loop.
+Computing every row's address from its own entry instead put the copies after 280 instructions of address
+arithmetic and took 172.0 us against 153.3 on the same rows (H200, 256 sequences of 2048 keys, 16 heads;
+benchmarks/experiments/ring_pattern_ab.py, benchmarks/results/session-12/).
 
 Work decomposition: program w is worker w of the schedule (one row tile: the launcher takes only calls whose
 sequences have at most 16 rows). It walks the sequences of its span as `_mla_decode_kernel` does; for each, the

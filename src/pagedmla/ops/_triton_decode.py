@@ -205,7 +205,7 @@ def ring_planned(params, *, num_heads: int, max_q: int, device: torch.device, ba
     q_dtype = torch.bfloat16 if params.per_token_scale_rope_aware else params.dtype
     return (_WS_AVAILABLE and not interpreter_enabled() and is_hopper(device) and num_heads * max(1, max_q) <= 16
             and ring_dtypes_ok(q_dtype, params.dtype, params.head_size, params.per_token_scale_rope_aware)
-            and ring_worth_it(batch=batch, max_keys=max_keys, rope_aware_fp8=params.per_token_scale_rope_aware))
+            and ring_worth_it(batch=batch, max_keys=max_keys))
 
 
 def decode_ring_ready(q, blocks, out, scales, q_scale, rope_aware: bool, max_q: int) -> bool:
