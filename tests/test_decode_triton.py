@@ -262,19 +262,25 @@ def test_schedule_covers_every_key_once(workers, fixed_cost, tail_cost):
         assert slot == 2 * first + (0 if w0_first_seq == b else 1)
 
 
+def equal_sequences_cover(batch_size, workers, *, seed):
+    """(cache, new, `simulate_schedule`'s cover) of `batch_size` sequences of 256 keys (16-key units, fixed cost
+    2, tail 1) on `workers` workers."""
+    cache, new = [16 * 16 - 1] * batch_size, [1] * batch_size
+    pb = make_paged_batch(cache, new, head_size=HEAD, page_size=16, seed=seed)
+    plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=4, num_partitions=workers,
+                              backend="triton")
+    cfg = DecodePlanConfig(num_workers=workers, granularity=16, fixed_cost=2, tail_cost=1)
+    _triton_decode.fill_schedule(plan.schedule, pb.input_row_offsets, pb.kv.cache_lengths, cfg)
+    return cache, new, simulate_schedule(plan.schedule, cache, new, workers)
+
+
 @cpu_tier
 @pytest.mark.parametrize("batch_size,workers", [(2, 4), (4, 8), (4, 2), (8, 4)])
 def test_schedule_splits_equal_sequences_into_equal_pieces(batch_size, workers):
     """Every piece loads q and writes a result: with the fixed cost split between a sequence's start and end,
     equal sequences cut in two (or k whole ones per worker) give every worker the same number of key blocks
     (the whole cost up front gave the first half two blocks fewer than the second)."""
-    cache, new = [16 * 16 - 1] * batch_size, [1] * batch_size
-    pb = make_paged_batch(cache, new, head_size=HEAD, page_size=16, seed=43)
-    plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=4, num_partitions=workers,
-                              backend="triton")
-    cfg = DecodePlanConfig(num_workers=workers, granularity=16, fixed_cost=2, tail_cost=1)
-    _triton_decode.fill_schedule(plan.schedule, pb.input_row_offsets, pb.kv.cache_lengths, cfg)
-    cover = simulate_schedule(plan.schedule, cache, new, workers)
+    cache, new, cover = equal_sequences_cover(batch_size, workers, seed=43)
     keys = [0] * workers
     for pieces in cover.values():
         for w, lo, hi in pieces:
@@ -288,13 +294,7 @@ def test_schedule_whole_pieces_when_units_do_not_divide(batch_size, workers):
     """Equal sequences whose cost does not divide by the pieces (18 units in 4) still fall into whole pieces:
     every worker holds a piece of exactly one sequence (k workers per sequence) or k whole sequences, and none
     is idle (spans of total / W rounded up drifted off the sequences' edges)."""
-    cache, new = [16 * 16 - 1] * batch_size, [1] * batch_size
-    pb = make_paged_batch(cache, new, head_size=HEAD, page_size=16, seed=47)
-    plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=4, num_partitions=workers,
-                              backend="triton")
-    cfg = DecodePlanConfig(num_workers=workers, granularity=16, fixed_cost=2, tail_cost=1)
-    _triton_decode.fill_schedule(plan.schedule, pb.input_row_offsets, pb.kv.cache_lengths, cfg)
-    cover = simulate_schedule(plan.schedule, cache, new, workers)
+    _, _, cover = equal_sequences_cover(batch_size, workers, seed=47)
     per_worker = {w: [] for w in range(workers)}
     for b, pieces in cover.items():
         for w, lo, hi in pieces:
@@ -378,27 +378,29 @@ def test_gpu_other_dtypes(q_dtype, cache_dtype):
         check_lowprec(pb, q, got, lse, want, want_lse, rope=64)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("heads", [16, 128])
-def test_gpu_cuda_graph_replay(heads):
-    """Capture one decode step, then replay it with new lengths, tables, cache contents and queries."""
-    steps = [([500, 31, 2000], [1, 2, 1]), ([900, 3, 64], [2, 1, 1]), ([0, 1500, 7], [1, 1, 2])]
-    page_size, max_q, rows = 64, 2, 4
-    first = make_paged_batch(*steps[0], head_size=576, page_size=page_size, dtype=torch.bfloat16, seed=53,
+def run_graph_replay(steps, heads, *, rows, max_q, seed, num_partitions=None, on_capture=None):
+    """Capture one decode step (every sequence at most `max_q` query tokens), then replay it with each step's
+    lengths, tables, cache contents and queries (NaN in the unused slots, huge ids past the used pages),
+    matching the reference each time. `on_capture()` runs right after the capture."""
+    page_size = 64
+    first = make_paged_batch(*steps[0], head_size=576, page_size=page_size, dtype=torch.bfloat16, seed=seed,
                              device="cuda", spare_blocks=80, spare_table_columns=40)
     kv = first.kv.replace(max_seq_length=max_q)
     static_q = torch.randn(rows, heads, 576, device="cuda").to(torch.bfloat16)
     out = torch.full((rows, heads, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
-    plan = pm.mla_decode_plan(first.input_row_offsets, kv, num_heads=heads, backend="triton")
+    plan = pm.mla_decode_plan(first.input_row_offsets, kv, num_heads=heads, num_partitions=num_partitions,
+                              backend="triton")
     call = {"mask": "causal", "output": out, "plan": plan, "return_lse": True, "backend": "triton"}
     pm.mla_decode_kv_cache_ragged(static_q, first.input_row_offsets, kv, 1, SCALE, **call)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         _, lse = pm.mla_decode_kv_cache_ragged(static_q, first.input_row_offsets, kv, 1, SCALE, **call)
+    if on_capture is not None:
+        on_capture()
     for i, (cache, new) in enumerate(steps):
-        pb = make_paged_batch(cache, new, head_size=576, page_size=page_size, dtype=torch.bfloat16, seed=59 + i,
-                              device="cuda", spare_blocks=80, spare_table_columns=40)
+        pb = make_paged_batch(cache, new, head_size=576, page_size=page_size, dtype=torch.bfloat16,
+                              seed=seed + 6 + i, device="cuda", spare_blocks=80, spare_table_columns=40)
         assert pb.kv.blocks.shape[0] <= kv.blocks.shape[0]
         assert pb.kv.lookup_table.shape[1] <= kv.lookup_table.shape[1]
         kv.blocks.fill_(float("nan"))
@@ -415,6 +417,14 @@ def test_gpu_cuda_graph_replay(heads):
         pb_view = type(pb)(kv, first.input_row_offsets, list(cache), list(new))
         want, want_lse = reference(pb_view, static_q, rope=64)
         check_lowprec(pb_view, static_q, out, lse, want, want_lse, rope=64)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [16, 128])
+def test_gpu_cuda_graph_replay(heads):
+    """Capture one decode step, then replay it with new lengths, tables, cache contents and queries."""
+    steps = [([500, 31, 2000], [1, 2, 1]), ([900, 3, 64], [2, 1, 1]), ([0, 1500, 7], [1, 1, 2])]
+    run_graph_replay(steps, heads, rows=4, max_q=2, seed=53)
 
 
 @cpu_tier
@@ -1098,43 +1108,16 @@ def test_gpu_ring_depths(kind, slots, fp8_features, call_counter):
 @pytest.mark.gpu
 def test_gpu_ring_cuda_graph_replay(call_counter):
     """A captured 16-head decode step on the ring kernel (plan, split pieces, combine) replays with new lengths,
-    tables, cache contents and queries."""
+    tables, cache contents and queries: two workers per SM, as a plan for a big batch schedules them (this batch
+    alone would not take the ring)."""
     launches = call_counter(_triton_decode, "_launch_ring")
     steps = [([500, 31, 2000], [1, 1, 1]), ([900, 3, 64], [1, 1, 1]), ([0, 1500, 7], [1, 1, 1])]
-    heads, rows = 16, 3
-    first = make_paged_batch(*steps[0], head_size=576, page_size=64, dtype=torch.bfloat16, seed=71,
-                             device="cuda", spare_blocks=80, spare_table_columns=40)
-    kv = first.kv
-    static_q = torch.randn(rows, heads, 576, device="cuda").to(torch.bfloat16)
-    out = torch.full((rows, heads, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
-    # two workers per SM, as a plan for a big batch schedules them (this batch alone would not take the ring)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    plan = pm.mla_decode_plan(first.input_row_offsets, kv, num_heads=heads, num_partitions=2 * sms,
-                              backend="triton")
-    call = {"mask": "causal", "output": out, "plan": plan, "return_lse": True, "backend": "triton"}
-    pm.mla_decode_kv_cache_ragged(static_q, first.input_row_offsets, kv, 1, SCALE, **call)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        _, lse = pm.mla_decode_kv_cache_ragged(static_q, first.input_row_offsets, kv, 1, SCALE, **call)
-    assert launches[0] == 2
-    for i, (cache, new) in enumerate(steps):
-        pb = make_paged_batch(cache, new, head_size=576, page_size=64, dtype=torch.bfloat16, seed=73 + i,
-                              device="cuda", spare_blocks=80, spare_table_columns=40)
-        kv.blocks.fill_(float("nan"))
-        kv.blocks[: pb.kv.blocks.shape[0]].copy_(pb.kv.blocks)
-        kv.lookup_table.fill_(2**30)
-        kv.lookup_table[:, : pb.kv.lookup_table.shape[1]].copy_(pb.kv.lookup_table)
-        kv.cache_lengths.copy_(pb.kv.cache_lengths)
-        first.input_row_offsets.copy_(pb.input_row_offsets)
-        static_q.copy_(torch.randn(rows, heads, 576, device="cuda").to(torch.bfloat16))
-        pm.mla_decode_plan(first.input_row_offsets, kv, num_heads=heads, out=plan)
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        pb_view = type(pb)(kv, first.input_row_offsets, list(cache), list(new))
-        want, want_lse = reference(pb_view, static_q, rope=64)
-        check_lowprec(pb_view, static_q, out, lse, want, want_lse, rope=64)
+
+    def captured():
+        assert launches[0] == 2
+
+    run_graph_replay(steps, 16, rows=3, max_q=1, seed=71, num_partitions=2 * sms, on_capture=captured)
 
 
 # ------------------------------------------------------------- CPU tier: the ring kernel's dispatch rules

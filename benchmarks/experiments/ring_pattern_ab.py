@@ -8,35 +8,23 @@ order (the same addresses the dense kernel reads) and shuffled, and the Triton d
 the copy ceiling of the same run. `--eager`: call each kernel twice without timing (for a profiler).
 """
 
-import statistics
 import sys
+from pathlib import Path
 
 import torch
 
 import pagedmla as pm
 from pagedmla.configs.decode import RING
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from decode_probe import _time_graph  # the probe beside this folder
+
 B, N, H, PS = 256, 2048, 16, 64
 
 
-def time_graph(fn, replays=20, repeats=7):
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(replays):
-            graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / replays * 1e3)
-    return statistics.median(times)
+def time_graph(fn, replays=20):
+    """Median microseconds of one `fn()` over CUDA-graph replays (`decode_probe._time_graph`)."""
+    return _time_graph(fn, replays=replays) * 1e3
 
 
 def main():
