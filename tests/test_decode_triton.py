@@ -1081,6 +1081,23 @@ def test_gpu_ring(heads, page_size, cache, new, kind, mask, window, parts, call_
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["bf16", "fp8"])
+def test_gpu_ring_plan(kind, fp8_features, call_counter, monkeypatch):
+    """The shipped chain on a batch made to count as big (`ring_worth_it` patched): the plan schedules two
+    workers per SM in 32-key units, and the public decode runs the ring kernel on it (mixed lengths, sinks)."""
+    launches = call_counter(_triton_decode, "_launch_ring")
+    monkeypatch.setattr(_triton_decode, "ring_worth_it", lambda **kw: True)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    pb, _ = batch([2500, 0, 63, 4000, 129, 700], [1] * 6, heads=16, head_size=576, page_size=32,
+                  dtype=torch.bfloat16, seed=5, device="cuda")
+    kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64) if kind == "fp8" else pb.kv
+    plan = pm.mla_decode_plan(pb.input_row_offsets, kv, num_heads=16, backend="triton")
+    assert plan.num_partitions > sms and plan.granularity == 32
+    run_ring_case(16, 32, [2500, 0, 63, 4000, 129, 700], [1] * 6, kind, sink=True, seed=5)
+    assert launches[0] == 1
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["bf16", "fp16", "fp8"])
 def test_gpu_ring_public_dispatch(kind, fp8_features, call_counter):
     """The public decode takes the ring kernel on schedules of two workers per SM (what a plan for a big batch
@@ -1200,9 +1217,13 @@ def test_ring_plan_granularity(monkeypatch):
     assert _triton_decode.plan_config(num_partitions=8, **kw).granularity == 64
     pb = make_paged_batch([300, 40], [1, 1], head_size=HEAD, page_size=16, seed=3)
     plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=4, num_partitions=8, backend="triton")
-    plan = dataclasses.replace(plan, granularity=32)
+    assert plan.granularity == plan.schedule[0, 0].item() == 64
+    # a plan the ring kernel would take (the CPU has no Hopper: patched in), then refreshed
+    monkeypatch.setattr(_triton_decode, "ring_planned", lambda *a, **k: True)
+    plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=4, num_partitions=8, backend="triton")
+    assert plan.granularity == plan.schedule[0, 0].item() == 32
     pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=4, out=plan)
-    assert plan.schedule[0, 0].item() == 32
+    assert plan.granularity == plan.schedule[0, 0].item() == 32
 
 
 def test_ring_rejects_bad_configs(monkeypatch):
@@ -1217,10 +1238,17 @@ def test_ring_rejects_bad_configs(monkeypatch):
                                      pb.kv.lookup_table, 0, 0.1, 1, 0, out, lse,
                                      torch.zeros(3, 4, dtype=torch.int32), max_seq_length=1, qk_rope_head_dim=64,
                                      config=cfg)
-    with pytest.raises(ValueError, match="ring_slots 0 for a call"):
-        launch(RING)
-    monkeypatch.setattr(_triton_decode, "decode_ring_ready", lambda *a, **k: True)
+    monkeypatch.setattr(_triton_decode, "_WS_AVAILABLE", True)
+    monkeypatch.setattr(_triton_decode, "is_hopper", lambda device: True)
     monkeypatch.setattr(_triton_decode, "interpreter_enabled", lambda: False)
+    assert _triton_decode.decode_ring_ready(q, pb.kv.blocks, out, None, None, False, 1)
+    # 16 heads x 2 query tokens: 32 rows per sequence
+    with pytest.raises(ValueError, match="ring_slots 0 for a call"):
+        _triton_decode.launch_decode(q, pb.input_row_offsets, pb.kv.blocks, pb.kv.cache_lengths,
+                                     pb.kv.lookup_table, 0, 0.1, 1, 0, out, lse,
+                                     torch.zeros(3, 4, dtype=torch.int32), max_seq_length=2, qk_rope_head_dim=64,
+                                     config=RING)
+    monkeypatch.setattr(_triton_decode, "decode_ring_ready", lambda *a, **k: True)
     for slots in (1, 9):
         with pytest.raises(ValueError, match="ring_slots 0 or 2 to 8"):
             launch(dataclasses.replace(RING, ring_slots=slots))

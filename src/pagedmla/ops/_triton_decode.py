@@ -314,7 +314,8 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
                                               layer_idx)
     ring_ok = not interpret and decode_ring_ready(q, blocks, out, scales, q_scale if q_fp8 else None, rope_aware,
                                                   max_q)
-    # the heuristic takes the ring kernel only on schedules of two workers per SM (what a plan for it builds)
+    # the heuristic takes the ring kernel only on schedules of more workers than SMs (a plan for it schedules
+    # two per SM)
     ring_pick = ring_ok and num_workers > _num_sms(q.device)
     if config is None:
         per_sm = launch_programs_per_sm(rope_aware=rope_aware, num_workers=num_workers,
