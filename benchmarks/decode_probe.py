@@ -238,9 +238,14 @@ def main() -> None:
                         help="with --sweep: comma-separated DecodePlanConfig.tail_cost values to add (default workers)")
     parser.add_argument("--combine", action="append", default=[],
                         help="with --profile: also profile these combine configs `block_p,block_r,block_dv,warps`")
+    parser.add_argument("--ring-plan", action="store_true",
+                        help="plan every case as a big batch (`configs.decode.ring_worth_it` forced true): the "
+                             "default plan then schedules the ring kernel's two workers per SM")
     parser.add_argument("--profile", action="store_true",
                         help="also print each kernel's device time per call (default config and plan)")
     args = parser.parse_args()
+    if args.ring_plan:
+        _triton_decode.ring_worth_it = lambda **kw: True
     props = torch.cuda.get_device_properties(0)
     sms = props.multi_processor_count
     copies, mm_rate = copy_ceiling(), matmul_ceiling()
