@@ -114,8 +114,8 @@ RING = DecodeConfig(block_m=16, block_n=32, num_warps=4, num_stages=1, ring_slot
 # 16 heads, one query token (benchmarks/decode_probe.py, benchmarks/results/session-12/): with 32-key units
 # (ring-b64-f862af4...txt) B64 N4096 bf16 88.3 us against 88.4 for the Triton tile at its 128 workers, the
 # rope-aware FP8 row 114.2 against 132.3; with 64-key units (ring-probe-3680814...txt) B128 N4096 156.6 against
-# 160.0. Smaller batches keep the Triton tile: B16 N4096 and B1 N16384 were faster there against the first ring
-# version (ring-probe*-cb00d1d...txt), not re-measured since.
+# 160.0. Smaller batches keep the Triton tile (ring-small-4c24fe4...txt): B32 N4096 53.1 us against 57.3 on the
+# ring, B16 N4096 36.3 against 36.9.
 RING_MIN_KEYS = 1 << 18
 # keys per schedule unit of a ring plan: a 64-key unit cut B64 N4096's sequences (64 units plus 2 of fixed
 # cost) into pieces of 15, 17, 16 and 16 blocks at 256 workers; 32-key units into 31, 33, 32 and 32 of 32 keys
