@@ -116,7 +116,7 @@ def shuffled_grid(monkeypatch):
     last piece would always finish last; the kernel must not depend on that. Its grid loop calls `range` from
     `__call__` (Triton 3.6); the fixture shadows that `range` and records each shuffle, so that a test using it
     can check that the shuffle really happened."""
-    import triton.runtime.interpreter as interpreter
+    from triton.runtime import interpreter
 
     rng = random.Random(7)
     shuffles = []

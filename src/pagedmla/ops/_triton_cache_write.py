@@ -35,7 +35,7 @@ def _tma_ready(t: torch.Tensor) -> bool:
             and t.shape[0] > 0)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _device_limits(device_index: int) -> tuple[int, int]:
     """(SMs, shared memory one program may opt in to, in bytes) of a CUDA device."""
     props = torch.cuda.get_device_properties(device_index)
