@@ -35,6 +35,10 @@ Scope (the launcher checks it, else the Triton kernel runs): a Hopper GPU; q and
 or a bf16 q with the rope-aware FP8 cache; DeepSeek's 512 + 64 dims; at most 16 heads; one query token per
 group; the main index stream only.
 Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave the kernel in natural log.
+
+The ring machinery (`_ring_buffers`, `_ring_prologue`, `_ring_loop`, the epilogue helpers) is shared with the
+dense kernel `pagedmla.kernels.mla_decode_ring`, whose entries are pages of the lookup table (`DENSE`: the
+`_dense_*` helpers); with `DENSE` False it compiles to the code this kernel had before the sharing.
 """
 
 from triton.experimental import gluon
