@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: the final ring kernel at small batches (B1 N16384, B16 / B32
-# N4096, 16 heads), planned as for a big batch, against the Triton tile at its own worker counts.
+# One device call (edit per session). This one: ring plans with no fixed cost per sequence when every sequence has
+# two workers or more (equal pieces): the ring's plan and graph tests, then the harness's 16-head B64 / B128 rows.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-timeout 150 python3 benchmarks/decode_probe.py --ring-plan --sweep --workers 129,128 --case 1,16384,16,1 \
-  --case 16,4096,16,1 --case 32,4096,16,1 --config 16,64,8,5,interior --config 16,32,4,1,ring2 \
-  > "$OUT/ring-small-$COMMIT.txt" 2>&1
-echo "probe rc $?"; grep -v "^#" "$OUT/ring-small-$COMMIT.txt" | grep -v "^|" | grep -v Warn | cut -c1-150
+timeout 100 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py \
+  -k "ring_plan or ring_cuda_graph or public_dispatch" > "$OUT/gpu-tests-fixed0-$COMMIT.txt" 2>&1
+echo "tests rc $?"; tail -1 "$OUT/gpu-tests-fixed0-$COMMIT.txt"; grep -E "^FAILED|Error" "$OUT/gpu-tests-fixed0-$COMMIT.txt" | head
+timeout 100 python3 -m pagedmla.cli bench decode --heads 16 --batch 64 128 --kv-dtype bf16 fp8 --no-reference \
+  --commit "$COMMIT" --json "$OUT/bench-decode-h16-$COMMIT.json" > "$OUT/bench-decode-h16-$COMMIT.txt" 2>&1
+echo "bench rc $?"; grep -E "^ceilings|^decode" "$OUT/bench-decode-h16-$COMMIT.txt" | cut -c1-140

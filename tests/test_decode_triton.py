@@ -1212,7 +1212,11 @@ def test_ring_plan_granularity(monkeypatch):
     monkeypatch.setattr(_triton_decode, "interpreter_enabled", lambda: False)
     cpu = torch.device("cpu")
     kw = dict(batch=2, num_heads=16, max_q=1, max_keys=4096, device=cpu)
-    assert _triton_decode.plan_config(num_partitions=8, ring=True, **kw).granularity == RING_GRANULARITY == 32
+    ring = _triton_decode.plan_config(num_partitions=8, ring=True, **kw)
+    assert (ring.granularity, ring.fixed_cost, ring.tail_cost) == (RING_GRANULARITY, 0, 0) and RING_GRANULARITY == 32
+    # fewer than two workers per sequence: the fixed cost per sequence stays
+    fewer = _triton_decode.plan_config(num_partitions=8, ring=True, **dict(kw, batch=5))
+    assert (fewer.granularity, fewer.fixed_cost, fewer.tail_cost) == (32, 2, 1)
     assert _triton_decode.plan_config(num_partitions=4, ring=True, **kw).granularity == 64
     assert _triton_decode.plan_config(num_partitions=8, **kw).granularity == 64
     pb = make_paged_batch([300, 40], [1, 1], head_size=HEAD, page_size=16, seed=3)

@@ -79,8 +79,13 @@ def plan_config(*, batch: int, num_heads: int, max_q: int, max_keys: int, device
     if num_partitions is not None:
         cfg = dataclasses.replace(cfg, num_workers=num_partitions)
     if ring and cfg.num_workers > _num_sms(device):
-        # the launcher takes the ring kernel on this schedule: units of its 32-key blocks
+        # the launcher takes the ring kernel on this schedule: units of its 32-key blocks; with two workers or
+        # more per sequence, no fixed cost per sequence (every piece starts and ends anyway, and a cost charged
+        # to a sequence's first and last pieces gave its middle pieces more keys: B64 N4096 at 256 workers cut
+        # each sequence into 31, 33, 32 and 32 blocks)
         cfg = dataclasses.replace(cfg, granularity=RING_GRANULARITY)
+        if cfg.num_workers >= 2 * batch:
+            cfg = dataclasses.replace(cfg, fixed_cost=0, tail_cost=0)
     return cfg
 
 
@@ -128,10 +133,10 @@ def refresh_plan(plan_: DecodePlan, input_row_offsets: torch.Tensor, kv_collecti
     if kv_collection.batch_size != plan_.batch_size:
         raise ValueError(f"Invalid kv_collection: expected batch size {plan_.batch_size} (the plan's), "
                          f"got {kv_collection.batch_size}")
+    # a plan for the ring kernel is the one cut in its units
     cfg = plan_config(batch=plan_.batch_size, num_heads=1, max_q=plan_.max_seq_length, max_keys=1,
-                      device=kv_collection.device, num_partitions=plan_.num_partitions)
-    if plan_.granularity:
-        cfg = dataclasses.replace(cfg, granularity=plan_.granularity)
+                      device=kv_collection.device, num_partitions=plan_.num_partitions,
+                      ring=plan_.granularity == RING_GRANULARITY)
     fill_schedule(plan_.schedule, input_row_offsets, kv_collection.cache_lengths, cfg)
 
 
