@@ -118,7 +118,9 @@ RING = DecodeConfig(block_m=16, block_n=32, num_warps=4, num_stages=1, ring_slot
 # ring, B16 N4096 36.3 against 36.9.
 RING_MIN_KEYS = 1 << 18
 # keys per schedule unit of a ring plan: a 64-key unit cut B64 N4096's sequences (64 units plus 2 of fixed
-# cost) into pieces of 15, 17, 16 and 16 blocks at 256 workers; 32-key units into 31, 33, 32 and 32 of 32 keys
+# cost) into pieces of 15, 17, 16 and 16 blocks at 256 workers; 32-key units into 31, 33, 32 and 32 of 32 keys,
+# and without the fixed cost (`ops._triton_decode.plan_config`: two workers or more per sequence) into 32 each:
+# 86.5 -> 85.2 us (bench decode, benchmarks/results/session-12/bench-decode-h16-806f290...)
 RING_GRANULARITY = 32
 
 
