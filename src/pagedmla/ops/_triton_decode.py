@@ -369,17 +369,29 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
             ROPE_AWARE=rope_aware, ROPE_OFF=rope_off, Q_ROPE_OFF=q_rope_off, SPLIT_QS=q_fp8 and rope_aware,
             PREFETCH_TABLE=cfg.prefetch_table, UNMASKED_INTERIOR=cfg.unmasked_interior,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
-    if split:
-        ccfg = combine_config or combine_heuristic(num_workers=num_workers, batch=batch,
-                                                   kv_lora_rank=kv_lora_rank, interpret=interpret)
-        block_dv = min(ccfg.block_dv, kv_lora_rank)
-        grid = (batch, triton.cdiv(max_rows, ccfg.block_r), kv_lora_rank // block_dv)
-        _mla_decode_combine_kernel[grid](
-            out, lse, input_row_offsets, schedule, sink, part_out, part_lse, batch, num_heads, num_workers,
-            out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), part_out.stride(0), part_out.stride(1),
-            part_lse.stride(0),
-            BLOCK_R=ccfg.block_r, BLOCK_DV=block_dv, BLOCK_P=ccfg.block_p, HAS_SINK=attn_sink is not None,
-            num_warps=ccfg.num_warps)
+    if split and not cfg.ring_slots:
+        # (the ring kernel merges a split sequence's pieces itself, in the program that writes the last one)
+        _launch_combine(out, lse, input_row_offsets, schedule, sink, part_out, part_lse, batch=batch,
+                        num_heads=num_heads, max_rows=max_rows, has_sink=attn_sink is not None,
+                        config=combine_config, interpret=interpret)
+
+
+def _launch_combine(out, lse, input_row_offsets, schedule, sink, part_out, part_lse, *, batch: int,
+                    num_heads: int, max_rows: int, has_sink: bool, config: CombineConfig | None,
+                    interpret: bool) -> None:
+    """`_mla_decode_combine_kernel`: merge the split sequences' partials into `out` / `lse`."""
+    num_workers = schedule.shape[0] - 1 - batch
+    kv_lora_rank = out.shape[-1]
+    ccfg = config or combine_heuristic(num_workers=num_workers, batch=batch, kv_lora_rank=kv_lora_rank,
+                                       interpret=interpret)
+    block_dv = min(ccfg.block_dv, kv_lora_rank)
+    grid = (batch, triton.cdiv(max_rows, ccfg.block_r), kv_lora_rank // block_dv)
+    _mla_decode_combine_kernel[grid](
+        out, lse, input_row_offsets, schedule, sink, part_out, part_lse, batch, num_heads, num_workers,
+        out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), part_out.stride(0), part_out.stride(1),
+        part_lse.stride(0),
+        BLOCK_R=ccfg.block_r, BLOCK_DV=block_dv, BLOCK_P=ccfg.block_p, HAS_SINK=has_sink,
+        num_warps=ccfg.num_warps)
 
 
 def decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
