@@ -1123,42 +1123,6 @@ def test_gpu_ring_depths(kind, slots, fp8_features, call_counter):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["bf16", "fp8"])
-def test_gpu_ring_merges_its_pieces(kind, fp8_features, call_counter):
-    """The ring kernel merges a split sequence's pieces itself (no combine kernel runs) and leaves the plan's
-    arrival counts (column 3 of the sequence rows) at 0: calls after the first on the same plan, as every layer
-    of a step makes them, are right too. Two workers per SM on a batch cut into many pieces, a sink, outputs
-    pre-filled with NaN each time."""
-    launches = call_counter(_triton_decode, "_launch_ring")
-    combines = call_counter(_triton_decode, "_launch_combine")
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    lengths = [4000, 0, 63, 2500, 129, 700, 3000, 1]
-    pb, q = batch(lengths, [1] * len(lengths), heads=16, head_size=576, page_size=64, dtype=torch.bfloat16,
-                  seed=17, device="cuda")
-    kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64) if kind == "fp8" else pb.kv
-    sink = torch.randn(16, generator=torch.Generator().manual_seed(3)).cuda()
-    plan = pm.mla_decode_plan(pb.input_row_offsets, kv, num_heads=16, num_partitions=2 * sms, backend="triton")
-    counts = plan.schedule[1 + plan.num_partitions:, 3]
-    if kind == "fp8":
-        want, want_lse = fp8_reference(pb, kv, q.float(), mask="causal", window=-1, sink=sink, rope=64)
-    else:
-        want, want_lse = reference(pb, q, "causal", -1, sink, rope=64)
-    for call in range(3):
-        out = torch.full((q.shape[0], 16, 512), float("nan"), dtype=q.dtype, device="cuda")
-        got, lse = pm.mla_decode_kv_cache_ragged(q, pb.input_row_offsets, kv, 1, SCALE, mask="causal",
-                                                 output=out, plan=plan, attn_sink=sink, return_lse=True,
-                                                 backend="triton")
-        torch.cuda.synchronize()
-        assert launches[0] == call + 1 and combines[0] == 0
-        assert torch.equal(counts, torch.zeros_like(counts)), f"call {call}: arrival counts {counts.tolist()}"
-        if kind == "fp8":
-            check_fp8_lowprec(got, lse, want, want_lse, *fp8_lowprec(pb, kv, q.float(), torch.bfloat16,
-                                                                     mask="causal", window=-1, sink=sink, rope=64))
-        else:
-            check_lowprec(pb, q, got, lse, want, want_lse, mask="causal", window=-1, sink=sink, rope=64)
-
-
-@pytest.mark.gpu
 def test_gpu_ring_cuda_graph_replay(call_counter):
     """A captured 16-head decode step on the ring kernel (plan, split pieces, combine) replays with new lengths,
     tables, cache contents and queries: two workers per SM, as a plan for a big batch schedules them (this batch

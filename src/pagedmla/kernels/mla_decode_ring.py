@@ -29,10 +29,10 @@ Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from .gluon_common import launch_dependents
 from .mla_sparse_decode_ring import (
     BLOCK_M,
     BLOCK_N,
-    CHUNK,
     D_LAT,
     D_ROPE,
     _finish_scale,
@@ -75,7 +75,7 @@ def _stage_q(dst, q_ptr, row_start, num_rows, num_heads, stride_q_t, stride_q_h,
 
 @gluon.jit
 def _decode_sequence(b, w, first_seq, first_key, last_seq, stop_key, q_ptr, out_ptr, lse_ptr, part_out_ptr,
-                     part_lse_ptr, schedule_ptr, num_workers, offsets_ptr, cache_lengths_ptr, lookup_ptr, sink_ptr, blocks_ptr, rope_ptr,
+                     part_lse_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, sink_ptr, blocks_ptr, rope_ptr,
                      scales_ptr, lat_s, rope_s, sc_s, lat_bf, q_s, qr_s, idx_s, num_heads, mask_code, window,
                      qk_scale, pool_pages, layer_off, r_layer_off, s_layer_off, stride_q_t, stride_q_h, stride_o_t,
                      stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, stride_lt_b,
@@ -136,72 +136,6 @@ def _decode_sequence(b, w, first_seq, first_key, last_seq, stop_key, q_ptr, out_
             _store_rows(part_out_ptr, slot * stride_po_s + rows.to(gl.int64) * stride_po_r, acc0, acc1, acc2,
                         acc3, inv, rows_ok)
             gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok)
-            _merge_if_last(b, slot, schedule_ptr, num_workers, acc0, acc1, acc2, acc3, inv, lse, part_out_ptr,
-                           part_lse_ptr, out_ptr, lse_ptr, sink_ptr, rows, rows_ok, heads,
-                           (row_start + tok).to(gl.int64), stride_o_t, stride_o_h, stride_lse_t, stride_lse_h,
-                           stride_po_s, stride_po_r, stride_pl_s, HAS_SINK)
-
-
-@gluon.jit
-def _piece_chunk(ptr, row_off, c: gl.constexpr, ok):
-    """Chunk c `[16, 128]` of a partial output written by another program (read from L2: `.cg`)."""
-    layout: gl.constexpr = _mma()
-    cols = c * CHUNK + gl.arange(0, CHUNK, gl.SliceLayout(0, layout))
-    return gl.load(ptr + row_off[:, None] + cols[None, :], mask=ok[:, None], other=0.0, cache_modifier=".cg")
-
-
-@gluon.jit
-def _merge_if_last(b, slot, schedule_ptr, num_workers, acc0, acc1, acc2, acc3, inv, lse, part_out_ptr,
-                   part_lse_ptr, out_ptr, lse_ptr, sink_ptr, rows, rows_ok, heads, o_tok, stride_o_t, stride_o_h,
-                   stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr):
-    """After this program wrote its piece of split sequence b (slot `slot`): count the piece in column 3 of
-    b's schedule row, and if it is the last to arrive, merge every piece by LSE into `out` / `lse` (as
-    `mla_decode._mla_decode_combine_kernel` does; this piece from registers) and set the count back to 0."""
-    seq = schedule_ptr + (1 + num_workers + b) * 4
-    # every thread's stores are done before one thread counts the piece; the count is a release at GPU scope
-    # (cumulative over the barrier), and the last arrival's acquire makes the other pieces visible here
-    gl.thread_barrier()
-    arrived = gl.atomic_add(seq + 3, 1, sem="acq_rel", scope="gpu")
-    first = gl.load(seq)
-    num_pieces = gl.load(seq + 1) - first + 1
-    if arrived == num_pieces - 1:
-        gl.store(seq + 3, 0)
-        first_slot = gl.load(seq + 2)
-        m_i = lse
-        l_i = gl.where(lse > float("-inf"), 1.0, 0.0)
-        o0 = acc0 * inv[:, None]
-        o1 = acc1 * inv[:, None]
-        o2 = acc2 * inv[:, None]
-        o3 = acc3 * inv[:, None]
-        for k in range(num_pieces):
-            slot_k = gl.where(k == 0, first_slot, 2 * (first + k)).to(gl.int64)
-            ok = rows_ok & (slot_k != slot)
-            lse_k = gl.load(part_lse_ptr + slot_k * stride_pl_s + rows, mask=ok, other=float("-inf"),
-                            cache_modifier=".cg")
-            row_off = slot_k * stride_po_s + rows.to(gl.int64) * stride_po_r
-            p0 = _piece_chunk(part_out_ptr, row_off, 0, ok)
-            p1 = _piece_chunk(part_out_ptr, row_off, 1, ok)
-            p2 = _piece_chunk(part_out_ptr, row_off, 2, ok)
-            p3 = _piece_chunk(part_out_ptr, row_off, 3, ok)
-            m_new = gl.maximum(m_i, lse_k)
-            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = gl.exp(m_i - m_safe)
-            weight = gl.exp(lse_k - m_safe)
-            l_i = l_i * alpha + weight
-            o0 = o0 * alpha[:, None] + weight[:, None] * p0
-            o1 = o1 * alpha[:, None] + weight[:, None] * p1
-            o2 = o2 * alpha[:, None] + weight[:, None] * p2
-            o3 = o3 * alpha[:, None] + weight[:, None] * p3
-            m_i = m_new
-        has = l_i > 0
-        lse_all = gl.where(has, m_i + gl.log(gl.where(has, l_i, 1.0)), float("-inf"))
-        scale = gl.where(has, 1.0 / gl.where(has, l_i, 1.0), 0.0)
-        if HAS_SINK:
-            # e^lse / (e^lse + e^sink): a +inf sink gives 0
-            sink = gl.load(sink_ptr + heads, mask=rows_ok, other=float("-inf"))
-            scale = gl.where(has, scale / (1.0 + gl.exp(sink - gl.where(has, lse_all, 0.0))), 0.0)
-        _store_rows(out_ptr, o_tok * stride_o_t + heads.to(gl.int64) * stride_o_h, o0, o1, o2, o3, scale, rows_ok)
-        gl.store(lse_ptr + o_tok * stride_lse_t + heads.to(gl.int64) * stride_lse_h, lse_all, mask=rows_ok)
 
 
 # sizes that change per step or per layer are not specialized (no recompile when one becomes 1 or changes its
@@ -221,6 +155,7 @@ def _mla_decode_ring_kernel(
     sequence. The cache is as `_mla_sparse_decode_ring_kernel` takes it; `pool_pages` is its page count (table
     entries outside `[0, pool_pages)` read no row)."""
     w = gl.program_id(0)
+    launch_dependents()
     lat_s, rope_s, sc_s, lat_bf, q_s, qr_s, idx_s = _ring_buffers(q_ptr, blocks_ptr, NUM_SLOTS)
     sched = schedule_ptr + (1 + w) * 4
     first_seq = gl.load(sched)
@@ -235,7 +170,7 @@ def _mla_decode_ring_kernel(
     b = first_seq
     while b <= gl.minimum(last_seq, batch - 1):
         _decode_sequence(b, w, first_seq, first_key, last_seq, stop_key, q_ptr, out_ptr, lse_ptr, part_out_ptr,
-                         part_lse_ptr, schedule_ptr, num_workers, offsets_ptr, cache_lengths_ptr, lookup_ptr, sink_ptr, blocks_ptr, rope_ptr,
+                         part_lse_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, sink_ptr, blocks_ptr, rope_ptr,
                          scales_ptr, lat_s, rope_s, sc_s, lat_bf, q_s, qr_s, idx_s, num_heads, mask_code, window,
                          qk_scale, pool_pages, layer_off, r_layer_off, s_layer_off, stride_q_t, stride_q_h,
                          stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
