@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: the ring kernel merges split sequences itself (no combine kernel):
-# the ring's gpu tests, then the harness's 16-head B64 / B128 rows at this commit and at BASE (same run, A/B).
-# Usage on the device: COMMIT=<sha> BASE=<sha> OUT=<dir> bash scripts/probe_session.sh (BASE's src in ab_base/, untracked)
+# One device call (edit per session). This one: the split-KV combine as a programmatic dependent launch (PDL):
+# the harness's 16-head B64 / B128 and 128-head B1 rows at this commit and at BASE (same run, A/B), then the
+# whole dense decode gpu tier.
+# Usage on the device: COMMIT=<sha> BASE=<sha> OUT=<dir> bash scripts/probe_session.sh (BASE's src in ab_base/,
+# carried: `git archive BASE src | tar -x -C ab_base`)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-PYTHONPATH=src timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py \
-  -k "ring" > "$OUT/gpu-tests-ring-$COMMIT.txt" 2>&1
-echo "tests rc $?"; tail -1 "$OUT/gpu-tests-ring-$COMMIT.txt"; grep -E "^FAILED|Error" "$OUT/gpu-tests-ring-$COMMIT.txt" | head
-test -d ab_base/src || echo "no ab_base/src: make it with git archive BASE src | tar -x -C ab_base"
+test -d ab_base/src || echo "no ab_base/src"
+bench() {  # sha, src, extra args...
+  local sha=$1 src=$2; shift 2
+  PYTHONPATH=$src timeout 120 python3 -m pagedmla.cli bench decode --no-reference --commit "$sha" \
+    --json "$OUT/bench-decode-$sha-$RANDOM.json" "$@" > "$OUT/bench.txt" 2>&1
+  echo "bench $sha $* rc $?"; grep -E "^ceilings|^decode" "$OUT/bench.txt" | cut -c1-120
+  cat "$OUT/bench.txt" >> "$OUT/bench-decode-all.txt"
+}
 for run in "$COMMIT:src" "$BASE:ab_base/src" "$COMMIT:src"; do
-  sha=${run%%:*}; PYTHONPATH=${run#*:} timeout 100 python3 -m pagedmla.cli bench decode --heads 16 --batch 64 128 \
-    --kv-dtype bf16 fp8 --no-reference --commit "$sha" --json "$OUT/bench-decode-h16-$sha-$RANDOM.json" \
-    > "$OUT/bench.txt" 2>&1
-  echo "bench $sha rc $?"; grep -E "^ceilings|^decode" "$OUT/bench.txt" | cut -c1-140; cat "$OUT/bench.txt" >> "$OUT/bench-decode-h16-all.txt"
+  bench "${run%%:*}" "${run#*:}" --heads 16 --batch 64 128 --kv-dtype bf16 fp8
+  bench "${run%%:*}" "${run#*:}" --heads 16 128 --batch 1
 done
+PYTHONPATH=src timeout 280 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py \
+  > "$OUT/gpu-tests-decode-$COMMIT.txt" 2>&1
+echo "tests rc $?"; tail -1 "$OUT/gpu-tests-decode-$COMMIT.txt"; grep -E "^FAILED|Error" "$OUT/gpu-tests-decode-$COMMIT.txt" | head
