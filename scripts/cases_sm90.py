@@ -21,7 +21,7 @@ def decode(fp8: bool, block_m: int, block_n: int, warps: int, stages: int, prefe
                  LAT_MODE=1 if fp8 else 0, LAT_NG=1, LAT_GS=512, ROPE_MODE=0, ROPE_NG=1, ROPE_GS=64,
                  CD=tl.bfloat16, ROPE_AWARE=fp8, ROPE_OFF=256 if fp8 else 512, Q_ROPE_OFF=512, SPLIT_QS=False,
                  PREFETCH_TABLE=fp8 if prefetch is None else prefetch,
-                 UNMASKED_INTERIOR=(not fp8 and block_m >= 64) if interior is None else interior, PDL=True)
+                 UNMASKED_INTERIOR=(not fp8 and block_m >= 64) if interior is None else interior)
     return _mla_decode_kernel, types, const, warps, stages
 
 
@@ -179,7 +179,7 @@ def combine(block_p: int, block_r: int, block_dv: int, warps: int):
     from pagedmla.kernels.mla_decode import _mla_decode_combine_kernel
     types = {"out_ptr": "*bf16", "lse_ptr": "*fp32", "offsets_ptr": "*i32", "schedule_ptr": "*i32",
              "sink_ptr": "*fp32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32"}
-    const = dict(BLOCK_R=block_r, BLOCK_DV=block_dv, BLOCK_P=block_p, HAS_SINK=False, PDL=True)
+    const = dict(BLOCK_R=block_r, BLOCK_DV=block_dv, BLOCK_P=block_p, HAS_SINK=False)
     return _mla_decode_combine_kernel, types, const, warps, 1
 
 

@@ -322,8 +322,6 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
     # the heuristic takes the ring kernel only on schedules of more workers than SMs (a plan for it schedules
     # two per SM)
     ring_pick = ring_ok and num_workers > _num_sms(q.device)
-    # the combine starts as a programmatic dependent of the main kernel (Hopper's griddepcontrol)
-    pdl = not interpret and is_hopper(q.device)
     if config is None:
         per_sm = launch_programs_per_sm(rope_aware=rope_aware, num_workers=num_workers,
                                         tiles=triton.cdiv(max_q * num_heads, block_m_for(num_heads, max_q)),
@@ -369,19 +367,18 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
             INTERPRET=interpret, QUANT=quant, Q_SCALED=q_fp8, G=group, LAT_MODE=modes[0], LAT_NG=modes[1],
             LAT_GS=modes[2], ROPE_MODE=modes[3], ROPE_NG=modes[4], ROPE_GS=modes[5], CD=_TL_DTYPES[cd],
             ROPE_AWARE=rope_aware, ROPE_OFF=rope_off, Q_ROPE_OFF=q_rope_off, SPLIT_QS=q_fp8 and rope_aware,
-            PREFETCH_TABLE=cfg.prefetch_table, UNMASKED_INTERIOR=cfg.unmasked_interior, PDL=pdl,
+            PREFETCH_TABLE=cfg.prefetch_table, UNMASKED_INTERIOR=cfg.unmasked_interior,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     if split:
         _launch_combine(out, lse, input_row_offsets, schedule, sink, part_out, part_lse, batch=batch,
                         num_heads=num_heads, max_rows=max_rows, has_sink=attn_sink is not None,
-                        config=combine_config, interpret=interpret, pdl=pdl)
+                        config=combine_config, interpret=interpret)
 
 
 def _launch_combine(out, lse, input_row_offsets, schedule, sink, part_out, part_lse, *, batch: int,
                     num_heads: int, max_rows: int, has_sink: bool, config: CombineConfig | None,
-                    interpret: bool, pdl: bool) -> None:
-    """`_mla_decode_combine_kernel`: merge the split sequences' partials into `out` / `lse`; `pdl`: as a
-    programmatic dependent of the main kernel (every main kernel lets it start early)."""
+                    interpret: bool) -> None:
+    """`_mla_decode_combine_kernel`: merge the split sequences' partials into `out` / `lse`."""
     num_workers = schedule.shape[0] - 1 - batch
     kv_lora_rank = out.shape[-1]
     ccfg = config or combine_heuristic(num_workers=num_workers, batch=batch, kv_lora_rank=kv_lora_rank,
@@ -392,8 +389,8 @@ def _launch_combine(out, lse, input_row_offsets, schedule, sink, part_out, part_
         out, lse, input_row_offsets, schedule, sink, part_out, part_lse, batch, num_heads, num_workers,
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), part_out.stride(0), part_out.stride(1),
         part_lse.stride(0),
-        BLOCK_R=ccfg.block_r, BLOCK_DV=block_dv, BLOCK_P=ccfg.block_p, HAS_SINK=has_sink, PDL=pdl,
-        num_warps=ccfg.num_warps, **({"launch_pdl": True} if pdl else {}))
+        BLOCK_R=ccfg.block_r, BLOCK_DV=block_dv, BLOCK_P=ccfg.block_p, HAS_SINK=has_sink,
+        num_warps=ccfg.num_warps)
 
 
 def decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
