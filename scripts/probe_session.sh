@@ -1,24 +1,15 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: the split-KV combine as a programmatic dependent launch (PDL):
-# the harness's 16-head B64 / B128 and 128-head B1 rows at this commit and at BASE (same run, A/B), then the
-# whole dense decode gpu tier.
-# Usage on the device: COMMIT=<sha> BASE=<sha> OUT=<dir> bash scripts/probe_session.sh (BASE's src in ab_base/,
-# carried: `git archive BASE src | tar -x -C ab_base`)
+# One device call (edit per session). This one: the ring kernel's worker count at 16 heads (B64 / B128 N4096,
+# bf16 and FP8: 192 / 256 / 264 / 320 workers), then per-kernel device times of B64 N4096 16 heads and B1 N16384
+# 128 heads.
+# Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
-export PYTHONUNBUFFERED=1
+export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-test -d ab_base/src || echo "no ab_base/src"
-bench() {  # sha, src, extra args...
-  local sha=$1 src=$2; shift 2
-  PYTHONPATH=$src timeout 120 python3 -m pagedmla.cli bench decode --no-reference --commit "$sha" \
-    --json "$OUT/bench-decode-$sha-$RANDOM.json" "$@" > "$OUT/bench.txt" 2>&1
-  echo "bench $sha $* rc $?"; grep -E "^ceilings|^decode" "$OUT/bench.txt" | cut -c1-120
-  cat "$OUT/bench.txt" >> "$OUT/bench-decode-all.txt"
-}
-for run in "$COMMIT:src" "$BASE:ab_base/src" "$COMMIT:src"; do
-  bench "${run%%:*}" "${run#*:}" --heads 16 --batch 64 128 --kv-dtype bf16 fp8
-  bench "${run%%:*}" "${run#*:}" --heads 16 128 --batch 1
-done
-PYTHONPATH=src timeout 280 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py \
-  > "$OUT/gpu-tests-decode-$COMMIT.txt" 2>&1
-echo "tests rc $?"; tail -1 "$OUT/gpu-tests-decode-$COMMIT.txt"; grep -E "^FAILED|Error" "$OUT/gpu-tests-decode-$COMMIT.txt" | head
+timeout 200 python3 benchmarks/decode_probe.py --sweep --ring-plan --config 16,32,4,1,ring2 \
+  --workers 192,256,264,320 --case 64,4096,16,1 --case 128,4096,16,1 --case 64,4096,16,1,fp8 \
+  > "$OUT/ring-workers-$COMMIT.txt" 2>&1
+echo "sweep rc $?"; tail -40 "$OUT/ring-workers-$COMMIT.txt" | cut -c1-150
+timeout 120 python3 benchmarks/decode_probe.py --profile --ring-plan --case 64,4096,16,1 --case 1,16384,128,1 \
+  > "$OUT/profile-$COMMIT.txt" 2>&1
+echo "profile rc $?"; tail -30 "$OUT/profile-$COMMIT.txt" | cut -c1-150
