@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: Nsight Compute on 128 heads B1 N16384 (the Gluon decode kernel
-# and the combine, full set), to see where the kernel's 23 us go.
+# One device call (edit per session). This one: Nsight Compute's per-instruction stall samples (sm_90a SASS) of
+# the Gluon decode kernel at 128 heads B1 N16384, as CSV, to find where its 23 us go.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 NCU=/usr/local/cuda/bin/ncu
-for k in _mla_decode_ws_kernel _mla_decode_combine_kernel; do
-  timeout 200 $NCU --clock-control none -k regex:$k --launch-skip 1 --launch-count 1 --set full --page details \
-    python3 scripts/ncu_decode.py 1,16384,128,1 > "$OUT/ncu-b1-h128-$k-$COMMIT.txt" 2>&1
-  echo "ncu $k rc $?"
-  grep -E "^ +(Duration|DRAM Throughput|Memory Throughput|L2 Cache Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Waves Per SM|Block Limit|Issue Slots Busy|No Eligible|Active Warps Per|Eligible Warps|Warp Cycles Per Issued|Executed Ipc Active|SM Busy|Mem Busy|Max Bandwidth|L1/TEX Hit|L2 Hit|Dynamic Shared|Grid Size|Block Size)" \
-    "$OUT/ncu-b1-h128-$k-$COMMIT.txt" | head -40
-  grep -iE "stall|est\. speedup" "$OUT/ncu-b1-h128-$k-$COMMIT.txt" | cut -c1-200 | head -14
-done
+timeout 200 $NCU --clock-control none -k regex:_mla_decode_ws_kernel --launch-skip 1 --launch-count 1 \
+  --section SourceCounters --section WarpStateStats --import-source no -o /tmp/ws-b1 -f \
+  python3 scripts/ncu_decode.py 1,16384,128,1 > "$OUT/ncu-ws-b1-run.txt" 2>&1
+echo "ncu rc $?"; tail -3 "$OUT/ncu-ws-b1-run.txt"
+timeout 100 $NCU -i /tmp/ws-b1.ncu-rep --page source --csv --print-source sass > "$OUT/ncu-ws-b1-sass-$COMMIT.csv" 2>&1
+echo "export rc $?"; head -c 600 "$OUT/ncu-ws-b1-sass-$COMMIT.csv"; echo; wc -l "$OUT/ncu-ws-b1-sass-$COMMIT.csv"
+timeout 60 $NCU -i /tmp/ws-b1.ncu-rep --page details --section WarpStateStats --print-details all \
+  > "$OUT/ncu-ws-b1-warpstate-$COMMIT.txt" 2>&1
+grep -iE "stall|cycles" "$OUT/ncu-ws-b1-warpstate-$COMMIT.txt" | head -40
