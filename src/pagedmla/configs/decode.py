@@ -230,30 +230,33 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
 
 
 @functools.lru_cache(maxsize=4096)
-def combine_heuristic(*, num_workers: int, batch: int, kv_lora_rank: int,
+def combine_heuristic(*, num_workers: int, batch: int, kv_lora_rank: int, rows: int = 16,
                       interpret: bool = False) -> CombineConfig:
-    """Combine tiles from the pieces a split sequence can have (about `W / B + 1` for equal lengths).
+    """Combine tiles from the pieces a split sequence can have (about `W / B + 1` for equal lengths) and the
+    rows (query tokens x heads) of a sequence.
 
     Few pieces (8 or fewer): 2 pieces per step over 4 whole rows. On the H200 (BENCHMARKS.md, "combine") the
     older rule's 4 to 16 pieces per step of 128 columns took 13 us at 16 heads B = 64 and 25 us at 128 heads
     B = 16; this tile takes 2.9 and 5.5 us. Many pieces (B = 1 over all SMs): all of a sequence's pieces in one
-    step, up to 128, so that their loads are in flight at once (a step is one load round trip: at 4 to 8 pieces
-    per step, B = 1 took 29 to 54 us against 3.5 us). On the H200 at B = 1, N = 16384
-    (benchmarks/results/session-10/b1-869ba34.txt, torch.profiler): 128 heads (67 pieces) 8.7 us at 64 pieces
-    per step, 6.3 us at 128; 16 heads (130 pieces) 4.3 and 3.5 us; 128 heads at N = 4096 (34 pieces) 5.3 us at
-    64 and 5.6 at 128. Wider tiles (256 pieces, 8 warps, 128 columns) were slower at 128 heads (10.5-15.0 us).
-    The estimate is the batch's average: in a skewed batch one long sequence can have many more pieces and is
-    merged 2 per step (not timed; the older rule merged 4 per step but took 13 us for a single step of 2
-    pieces)."""
+    step, up to 256, so that their loads are in flight at once (a step is one load round trip: at 4 to 8 pieces
+    per step, B = 1 took 29 to 54 us against 3.5 us), over one row and 32 columns, with the warps that keep about
+    2048 warps in the grid (16 per SM) and at most 128 values per thread. On the H200 at B = 1
+    (benchmarks/results/session-13/combine-b1-05fe818.txt, torch.profiler): 128 heads N16384 (67 pieces) 5.3 us
+    with one warp against 6.4 for the older 64 columns and 4 warps, N4096 (34 pieces) 4.8 against 5.3; 16 heads
+    N16384 (130 pieces) 2.8 us with 256 pieces per step and 4 warps against 3.5 for 128 per step. The estimate is
+    the batch's average: in a skewed batch one long sequence can have many more pieces and is merged 2 per step
+    (not timed; the older rule merged 4 per step but took 13 us for a single step of 2 pieces)."""
     if interpret:
         return CombineConfig(block_p=2, block_r=4, block_dv=min(32, kv_lora_rank), num_warps=1)
     pieces = -(-num_workers // max(1, batch)) + 1
     if pieces <= 8:
         return CombineConfig(block_p=2, block_r=4, block_dv=min(512, kv_lora_rank), num_warps=4)
-    block_p = min(128, _pow2_at_least(pieces))
-    block_dv = min(kv_lora_rank, 64 if block_p >= 32 else 128)
-    block_r = max(1, 4096 // (block_p * block_dv))
-    return CombineConfig(block_p=block_p, block_r=block_r, block_dv=block_dv, num_warps=4)
+    block_p = min(256, _pow2_at_least(pieces))
+    block_dv = min(kv_lora_rank, 32)
+    programs = max(1, batch * rows * (kv_lora_rank // block_dv))
+    warps = max(1, min(4, _pow2_at_least(-(-2048 // programs))))
+    warps = max(warps, block_p * block_dv // (32 * 128))
+    return CombineConfig(block_p=block_p, block_r=1, block_dv=block_dv, num_warps=warps)
 
 
 @functools.lru_cache(maxsize=4096)

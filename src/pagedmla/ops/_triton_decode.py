@@ -382,7 +382,7 @@ def _launch_combine(out, lse, input_row_offsets, schedule, sink, part_out, part_
     num_workers = schedule.shape[0] - 1 - batch
     kv_lora_rank = out.shape[-1]
     ccfg = config or combine_heuristic(num_workers=num_workers, batch=batch, kv_lora_rank=kv_lora_rank,
-                                       interpret=interpret)
+                                       rows=max_rows, interpret=interpret)
     block_dv = min(ccfg.block_dv, kv_lora_rank)
     grid = (batch, triton.cdiv(max_rows, ccfg.block_r), kv_lora_rank // block_dv)
     _mla_decode_combine_kernel[grid](
