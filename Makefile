@@ -29,7 +29,7 @@ bench:
 	PYTHONPATH=src $(PYTHON) -m pagedmla.cli bench all --json bench-out/results.json --csv bench-out/results.csv --plot bench-out/roofline.png
 
 lint: $(STAMP)
-	$(PY) -m pip install -q ruff && $(VENV)/bin/ruff check src tests
+	$(PY) -m pip install -q ruff && $(VENV)/bin/ruff check src tests benchmarks scripts
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

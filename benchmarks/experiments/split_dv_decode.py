@@ -112,7 +112,8 @@ def main() -> int:
             try:
                 launch(q, blocks, lookup, keys, out, **cfg)
                 err = float((out[0].float() - want).abs().max())
-                ms = _time_graph(lambda: [launch(*it[:3], keys, it[3], **cfg) for it in items]) / copies
+                ms = _time_graph(lambda items=items, keys=keys, cfg=cfg: [launch(*it[:3], keys, it[3], **cfg)
+                                                                 for it in items]) / copies
             except Exception as exc:  # noqa: BLE001 - an experiment: report and go on
                 print(f"B{batch} N{keys} {cfg}: failed {type(exc).__name__}: {str(exc)[:160]}")
                 continue
