@@ -14,6 +14,8 @@ import math
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import pagedmla as pm
 from pagedmla.cache import KVCacheParams, PagedKVCacheCollection
@@ -26,6 +28,7 @@ from pagedmla.configs.decode import (
     combine_heuristic,
     heuristic,
 )
+from pagedmla.kernels import mla_decode
 from pagedmla.masks import visible
 from pagedmla.ops import _triton_decode
 from pagedmla.ops._dispatch import interpreter_enabled
@@ -303,6 +306,61 @@ def test_schedule_whole_pieces_when_units_do_not_divide(batch_size, workers):
     assert all(len(p) == want for p in per_worker.values()), per_worker
     if batch_size >= workers:
         assert all(lo == 0 and hi == 256 for p in per_worker.values() for _, lo, hi in p), per_worker
+
+
+@triton.jit
+def _spans_probe_kernel(w_ptr, x_ptr, start_ptr, worker_ptr, n, total, num_workers, BLOCK: tl.constexpr):
+    """`_span_start(w[i])` and `_worker_of(x[i])` for i < n (the plan kernel's span arithmetic, alone)."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = i < n
+    w = tl.load(w_ptr + i, mask=ok, other=0)
+    tl.store(start_ptr + i, mla_decode._span_start(w, total, num_workers), mask=ok)
+    x = tl.load(x_ptr + i, mask=ok, other=0)
+    tl.store(worker_ptr + i, mla_decode._worker_of(x, total, num_workers), mask=ok)
+
+
+# (total cost units, workers): w * total past 2^31, exact multiples, and cases where the float64 estimate alone
+# is one short at w = W
+SPAN_CASES = [(2**31 - 1, 264), (2**31 - 1, 65537), (1_000_003, 132), (2**30 + 7, 1), (987_654_321, 4099),
+              (256, 256), (255, 264), (264 * 8_134_407, 264), (65537 * 32767, 65537), (4099 * 523_900, 4099),
+              (3 * 715_827_882, 3), (7 * 306_783_378, 7), (2_041_679_537, 1571), (466_951_842, 30315),
+              (1_895_036_922, 2762)]
+
+
+def check_span_arithmetic(total, workers, device):
+    """The plan's spans `floor(w * total / W)` and their inverse (the worker holding unit x) match exact integer
+    arithmetic where `w * total` passes 2^31 (the kernel divides in float64 and corrects by the remainder), at
+    the first and last units of 256 workers (the first, the last and random ones)."""
+    def start_of(w):
+        return w * total // workers if total >= workers else min(w, total)
+
+    gen = torch.Generator().manual_seed(workers)
+    ws = sorted({0, 1, workers - 1, workers} | set(torch.randint(0, workers + 1, (252,), generator=gen).tolist()))
+    xs = [min(max(v, 0), total - 1) for w in ws for v in (start_of(w) - 1, start_of(w), start_of(w) + 1)]
+    m = max(len(ws), len(xs))
+    w_t = torch.tensor(ws + [0] * (m - len(ws)), dtype=torch.int32, device=device)
+    x_t = torch.tensor(xs + [0] * (m - len(xs)), dtype=torch.int32, device=device)
+    start = torch.empty(m, dtype=torch.int32, device=device)
+    worker = torch.empty(m, dtype=torch.int32, device=device)
+    _spans_probe_kernel[(triton.cdiv(m, 256),)](w_t, x_t, start, worker, m, total, workers, BLOCK=256)
+    assert start[: len(ws)].tolist() == [start_of(w) for w in ws]
+    for x, got in zip(xs, worker[: len(xs)].tolist()):
+        # the last w with start_of(w) <= x: start_of is nondecreasing, and exact for w < W
+        want = ((x + 1) * workers - 1) // total if total >= workers else x
+        assert got == want and start_of(got) <= x < start_of(got + 1), (x, got, want)
+
+
+@cpu_tier
+@pytest.mark.parametrize("total,workers", SPAN_CASES)
+def test_span_arithmetic_is_exact(total, workers):
+    check_span_arithmetic(total, workers, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("total,workers", SPAN_CASES)
+def test_gpu_span_arithmetic_is_exact(total, workers):
+    """The same on the GPU (its float64 rounding is the interpreter's, IEEE round to nearest)."""
+    check_span_arithmetic(total, workers, "cuda")
 
 
 def test_plan_config_rejects_a_tail_past_the_fixed_cost():
