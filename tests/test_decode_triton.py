@@ -308,7 +308,7 @@ def test_schedule_whole_pieces_when_units_do_not_divide(batch_size, workers):
         assert all(lo == 0 and hi == 256 for p in per_worker.values() for _, lo, hi in p), per_worker
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n", "total", "num_workers"])
 def _spans_probe_kernel(w_ptr, x_ptr, start_ptr, worker_ptr, n, total, num_workers, BLOCK: tl.constexpr):
     """`_span_start(w[i])` and `_worker_of(x[i])` for i < n (the plan kernel's span arithmetic, alone)."""
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

@@ -84,7 +84,9 @@ def _worker_of(x, total, num_workers):
     return tl.where(total >= num_workers, exact, x)
 
 
-@triton.jit
+# sizes are not specialized: a worker count of 1 would otherwise arrive as a constant (and a recompile would run
+# whenever one becomes 1 or changes its divisibility by 16)
+@triton.jit(do_not_specialize=["batch", "num_workers", "granularity", "fixed_cost", "tail_cost"])
 def _mla_decode_plan_kernel(
     offsets_ptr, cache_lengths_ptr, schedule_ptr,
     batch, num_workers, granularity, fixed_cost, tail_cost,
