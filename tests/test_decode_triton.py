@@ -20,12 +20,14 @@ import triton.language as tl
 import pagedmla as pm
 from pagedmla.cache import KVCacheParams, PagedKVCacheCollection
 from pagedmla.configs.decode import (
+    MAX_GRID_Y,
     RING,
     WARP_SPECIALIZED,
     CombineConfig,
     DecodeConfig,
     DecodePlanConfig,
     combine_heuristic,
+    fit_combine_grid,
     heuristic,
 )
 from pagedmla.kernels import mla_decode
@@ -319,12 +321,12 @@ def _spans_probe_kernel(w_ptr, x_ptr, start_ptr, worker_ptr, n, total, num_worke
     tl.store(worker_ptr + i, mla_decode._worker_of(x, total, num_workers), mask=ok)
 
 
-# (total cost units, workers): w * total past 2^31, exact multiples, and cases where the float64 estimate alone
-# is one short at w = W
+# (total cost units, workers): w * total past 2^31, exact multiples, cases where the float64 estimate alone is
+# one short at w = W, and (W past 2^26) where it is one over (at w = W - 1, and at the last unit's worker)
 SPAN_CASES = [(2**31 - 1, 264), (2**31 - 1, 65537), (1_000_003, 132), (2**30 + 7, 1), (987_654_321, 4099),
               (256, 256), (255, 264), (264 * 8_134_407, 264), (65537 * 32767, 65537), (4099 * 523_900, 4099),
               (3 * 715_827_882, 3), (7 * 306_783_378, 7), (2_041_679_537, 1571), (466_951_842, 30315),
-              (1_895_036_922, 2762)]
+              (1_895_036_922, 2762), (134_214_731, 134_214_730), (134_217_732, 67_108_866)]
 
 
 def check_span_arithmetic(total, workers, device):
@@ -829,6 +831,19 @@ def test_combine_heuristic_tiles():
         cfg = combine_heuristic(num_workers=workers, batch=1, kv_lora_rank=512, rows=rows)
         assert cfg.block_p * cfg.block_r * cfg.block_dv <= 128 * 32 * cfg.num_warps  # values per thread
     assert combine_heuristic(num_workers=6, batch=1, kv_lora_rank=256).block_dv == 256
+
+
+def test_combine_grid_fits_cuda_limits():
+    """Row blocks past the grid's y limit (65535) take more rows per program and fewer pieces per step (as
+    many values per thread); columns are clipped to the latent width; calls that fit keep their tile."""
+    cfg = combine_heuristic(num_workers=16, batch=1, kv_lora_rank=512, rows=66560)
+    fit = fit_combine_grid(cfg, max_rows=66560, kv_lora_rank=512)
+    assert -(-66560 // fit.block_r) <= MAX_GRID_Y and fit.block_r == 2 * cfg.block_r
+    assert fit.block_p * fit.block_r == cfg.block_p * cfg.block_r and fit.block_dv == cfg.block_dv
+    few = CombineConfig(block_p=2, block_r=4, block_dv=512, num_warps=4)
+    tall = fit_combine_grid(few, max_rows=1_000_000, kv_lora_rank=512)
+    assert -(-1_000_000 // tall.block_r) <= MAX_GRID_Y and tall.block_p == 1
+    assert fit_combine_grid(few, max_rows=4096, kv_lora_rank=64) == dataclasses.replace(few, block_dv=64)
 
 
 @cpu_tier

@@ -7,6 +7,7 @@ it (tiles of the kernel that merges split sequences).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -257,6 +258,21 @@ def combine_heuristic(*, num_workers: int, batch: int, kv_lora_rank: int, rows: 
     warps = max(1, min(4, _pow2_at_least(-(-2048 // programs))))
     warps = max(warps, block_p * block_dv // (32 * 128))
     return CombineConfig(block_p=block_p, block_r=1, block_dv=block_dv, num_warps=warps)
+
+
+MAX_GRID_Y = 65535  # CUDA's limit on a grid's y dimension
+
+
+def fit_combine_grid(cfg: CombineConfig, *, max_rows: int, kv_lora_rank: int) -> CombineConfig:
+    """`cfg` with its columns clipped to the latent width, and with enough rows per program that the row
+    blocks fit the grid's y dimension (calls of more than 65535 rows per sequence, e.g. hundreds of query tokens
+    at 128 heads on an explicit split); pieces per step shrink by as much, so a thread holds no more values."""
+    block_dv = min(cfg.block_dv, kv_lora_rank)
+    block_r, block_p = cfg.block_r, cfg.block_p
+    if -(-max_rows // block_r) > MAX_GRID_Y:
+        block_r = _pow2_at_least(-(-max_rows // MAX_GRID_Y))
+        block_p = max(1, cfg.block_p * cfg.block_r // block_r)
+    return dataclasses.replace(cfg, block_p=block_p, block_r=block_r, block_dv=block_dv)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -62,7 +62,7 @@ def _floor_div(a, b):
     estimate (a times 1 / b, off by at most one at these sizes), corrected by the remainder. An int64 division
     is a long software routine on the GPU; the plan kernel's 69 of them took it to about 17 us (H200,
     torch.profiler)."""
-    b64 = b.to(tl.int64)
+    b64 = b + tl.zeros([], dtype=tl.int64)  # an int64 scalar, also when b arrives as a compile-time int
     q = (a.to(tl.float64) * (1.0 / b64.to(tl.float64))).to(tl.int64)
     r = a - q * b64
     q = tl.where(r < 0, q - 1, q)

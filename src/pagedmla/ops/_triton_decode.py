@@ -25,6 +25,7 @@ from ..configs.decode import (
     DecodePlanConfig,
     block_m_for,
     combine_heuristic,
+    fit_combine_grid,
     heuristic,
     plan_heuristic,
     programs_per_sm,
@@ -381,15 +382,16 @@ def _launch_combine(out, lse, input_row_offsets, schedule, sink, part_out, part_
     """`_mla_decode_combine_kernel`: merge the split sequences' partials into `out` / `lse`."""
     num_workers = schedule.shape[0] - 1 - batch
     kv_lora_rank = out.shape[-1]
-    ccfg = config or combine_heuristic(num_workers=num_workers, batch=batch, kv_lora_rank=kv_lora_rank,
-                                       rows=max_rows, interpret=interpret)
-    block_dv = min(ccfg.block_dv, kv_lora_rank)
-    grid = (batch, triton.cdiv(max_rows, ccfg.block_r), kv_lora_rank // block_dv)
+    ccfg = fit_combine_grid(config or combine_heuristic(num_workers=num_workers, batch=batch,
+                                                        kv_lora_rank=kv_lora_rank, rows=max_rows,
+                                                        interpret=interpret),
+                            max_rows=max_rows, kv_lora_rank=kv_lora_rank)
+    grid = (batch, triton.cdiv(max_rows, ccfg.block_r), kv_lora_rank // ccfg.block_dv)
     _mla_decode_combine_kernel[grid](
         out, lse, input_row_offsets, schedule, sink, part_out, part_lse, batch, num_heads, num_workers,
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), part_out.stride(0), part_out.stride(1),
         part_lse.stride(0),
-        BLOCK_R=ccfg.block_r, BLOCK_DV=block_dv, BLOCK_P=ccfg.block_p, HAS_SINK=has_sink,
+        BLOCK_R=ccfg.block_r, BLOCK_DV=ccfg.block_dv, BLOCK_P=ccfg.block_p, HAS_SINK=has_sink,
         num_warps=ccfg.num_warps)
 
 
