@@ -328,3 +328,31 @@ def decode_ring(slots: int, dtype: str = "bf16", sink: bool = True, page_size: i
 CASES.update({f"decode-ring-s{s}": partial(decode_ring, s) for s in (2, 3)})
 CASES.update({"decode-ring-s2-fp16-p16": partial(decode_ring, 2, "fp16", False, 16),
               "decode-ring-s2-fp8": partial(decode_ring, 2, "fp8")})
+
+
+def sparse_ws(sink: bool = True, split: bool = True, fold: bool = False):
+    """The warp-specialized Gluon 64-row sparse decode (`kernels.mla_sparse_decode_ws`) over the rope-aware FP8
+    row with a bf16 q, with the q descriptors its launcher builds (128 heads)."""
+    import torch
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.runtime.jit import mangle_type
+
+    from pagedmla.kernels.mla_sparse_decode_ws import _mla_sparse_decode_ws_kernel
+    from pagedmla.ops._triton_decode import _ws_q_rows
+
+    q2d = _ws_q_rows(torch.empty(8, 128, 576, dtype=torch.bfloat16))
+
+    def desc(block):
+        return TensorDescriptor.from_tensor(q2d, block, gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))
+    descs = {"q_desc": desc([64, 256]), "qr_desc": desc([64, 64])}
+    types = {name: mangle_type(d) for name, d in descs.items()}
+    types.update(out_ptr="*bf16", rope_ptr="*bf16", blocks_ptr="*fp8e4nv")
+    types.update({n: "*fp32" for n in ("lse_ptr", "part_out_ptr", "part_lse_ptr", "sink_ptr", "scales_ptr")})
+    types.update({n: "*i32" for n in ("offsets_ptr", "idx_ptr", "topk_len_ptr")})
+    const = dict(PAGE_SIZE=64, ROPE_OFF=256, FOLD=fold, HAS_SINK=sink, SPLIT=split, CONSUMER_REGS=240)
+    return _mla_sparse_decode_ws_kernel, types, const, 4, 1
+
+
+CASES.update({"sparse-ws": sparse_ws, "sparse-ws-whole": partial(sparse_ws, True, False),
+              "sparse-ws-fold": partial(sparse_ws, False, False, True)})

@@ -757,3 +757,164 @@ def test_gpu_sparse_ring_cuda_graph_replay(call_counter):
         assert_close_to_reference(lse.cpu(), want_lse, _envelope(low_lse, want_lse, -1), eps=1e-4,
                                   name=f"lse step {i}")
     assert launches[0] == 2  # the warm-up call and the capture; replays launch nothing from the host
+
+
+# ---- the warp-specialized Gluon kernel (64-row tiles, rope-aware FP8 row, bf16 q; Hopper) ----
+
+WS_CASES = [
+    # heads, page size, cached / new tokens, top-k lengths (0: no key; 20: one block, so consumer 1 has none; 90:
+    # an odd number of blocks, the last pair without block b), sink, programs per index row (None: the
+    # heuristic's, which splits these small batches; 1: whole rows, the path of batches that fill the GPU; 3)
+    pytest.param(64, 64, [3000, 5200, 90], [2, 1, 1], [2048, 1900, 20], True, None, id="H64-ps64-sink"),
+    pytest.param(128, 64, [3000, 900], [1, 2], [2048, 90], False, None, id="H128-ps64"),
+    pytest.param(128, 16, [700, 300, 50], [1, 2, 1], [600, 0, 20], True, 1, id="H128-ps16-whole-rows-len0-sink"),
+    pytest.param(64, 1, [300, 260], [2, 1], [250, 200], False, 3, id="H64-ps1-split3"),
+    pytest.param(192, 64, [1500], [1], [1400], True, 1, id="H192-whole-rows-sink"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads, page_size, cache, new, lengths, sink, parts", WS_CASES)
+def test_gpu_sparse_ws_matches_reference(heads, page_size, cache, new, lengths, sink, parts, call_counter):
+    """The public op runs the warp-specialized kernel for multiples of 64 heads over the rope-aware FP8 row (its
+    launches are counted, so a dispatch regression that falls back to the Triton kernel fails here)."""
+    from pagedmla.ops import _triton_sparse_decode
+
+    launches = call_counter(_triton_sparse_decode, "_launch_ws")
+    _ring_case(heads, "fp8", cache=cache, new=new, lengths=lengths, page_size=page_size, sink=sink, seed=heads,
+               parts=parts)
+    assert launches[0] == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("splits", [1, 2, 40], ids=["split1", "split2", "split40"])
+def test_gpu_sparse_ws_splits(splits, call_counter):
+    """One program per index row, two, and more programs than a short row has blocks (empty splits), with a sink
+    (which the combine applies when rows are split)."""
+    from pagedmla.configs.sparse_decode import ws_config
+    from pagedmla.ops import _triton_sparse_decode
+
+    launches = call_counter(_triton_sparse_decode, "_launch_ws")
+    cfg = dataclasses.replace(ws_config(num_tokens=1, num_heads=64, topk=2048, num_sms=132), num_splits=splits)
+    _ring_case(64, "fp8", cache=[2500, 800, 64], new=[1, 2, 1], lengths=[2000, 300, 64], sink=True, config=cfg,
+               seed=splits)
+    assert launches[0] == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("q_mult", [3e5, 2e-6, 0.0], ids=["huge-q", "tiny-q", "zero-q"])
+def test_gpu_sparse_ws_q_range(q_mult, call_counter):
+    """q of extreme magnitudes (logits far past exp2's range unless shifted by the running max; and tiny ones)
+    and an all-zero q (uniform weights) on the warp-specialized kernel."""
+    from pagedmla.ops import _triton_sparse_decode
+
+    launches = call_counter(_triton_sparse_decode, "_launch_ws")
+    _ring_case(64, "fp8", cache=[900, 400], new=[1, 2], lengths=[700, 300], seed=3, q_mult=q_mult)
+    assert launches[0] == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("parts", [None, 1], ids=["split", "whole-rows"])
+def test_gpu_sparse_ws_all_minus_one_rows(parts, call_counter):
+    """Index rows whose counted entries are all -1 (and one of length 0) give 0 and LSE -inf on the
+    warp-specialized kernel, with a sink (a +inf one on head 1), split and whole; their neighbours are right."""
+    from pagedmla.ops import _triton_sparse_decode
+
+    launches = call_counter(_triton_sparse_decode, "_launch_ws")
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(4)
+    pb = make_paged_batch([400, 300, 200], [1, 1, 1], head_size=576, page_size=64, seed=4, spare_blocks=1,
+                          dtype=torch.float32)
+    kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64)
+    lengths = [256, 0, 256]
+    idx = _index_rows(pb, 256, lengths, gen)
+    idx[0] = -1
+    q = torch.randn(pb.num_rows, 64, 576, generator=gen).bfloat16()
+    kv = kv.replace(blocks=kv.blocks.to(dev), scales=kv.scales.to(dev), cache_lengths=kv.cache_lengths.to(dev),
+                    lookup_table=kv.lookup_table.to(dev))
+    sink = torch.randn(64, generator=gen)
+    sink[1] = float("inf")
+    out, lse = pm.mla_decode_kv_cache_ragged(q.to(dev), pb.input_row_offsets.to(dev), kv, 0, 0.1, mask="null",
+                                             indices=idx.to(dev), topk_lengths=torch.tensor(lengths, dtype=I32,
+                                                                                            device=dev),
+                                             attn_sink=sink.to(dev), num_partitions=parts, qk_rope_head_dim=64,
+                                             per_token_scale_rope_aware=True, return_lse=True, backend="triton")
+    assert launches[0] == 1
+    for g in (0, 1):
+        assert torch.equal(out[g].cpu(), torch.zeros_like(out[g].cpu())), g
+        assert torch.isneginf(lse[g].cpu()).all(), g
+    assert torch.isfinite(out[2].cpu().float()).all() and torch.isfinite(lse[2].cpu()).all()
+    assert out[2].abs().sum() > 0
+    assert torch.equal(out[2, 1].cpu(), torch.zeros_like(out[2, 1].cpu()))  # the +inf sink takes all the weight
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fold", [False, True], ids=["per-token-rows", "fold"])
+def test_gpu_sparse_ws_v32_shape(fold, call_counter):
+    """DeepSeek-V3.2's call at 128 heads (two query tokens per sequence, top-k 2048, sink), each token's own index
+    row or the sequence's shared one (fold_shared_index), on the warp-specialized kernel."""
+    from pagedmla.ops import _triton_sparse_decode
+
+    launches = call_counter(_triton_sparse_decode, "_launch_ws")
+    _v32_case(128, "rope", "bf16", fold=fold, sink=True, seed=6)
+    assert launches[0] == 1
+
+
+def test_sparse_ws_dispatch_rules(monkeypatch):
+    """Which calls the warp-specialized kernel takes (Hopper patched in; CPU tensors): a bf16 q with the
+    rope-aware FP8 row and its scales, a multiple of 64 heads, 512 + 64 dims, a bf16 output, no extra stream,
+    no q_scale, 16-byte aligned cache rows."""
+    from pagedmla.ops import _triton_sparse_decode as sd
+
+    monkeypatch.setattr(sd, "_RING_AVAILABLE", True)
+    monkeypatch.setattr(sd, "is_hopper", lambda device: True)
+    fp8 = torch.empty(4, 1, 2, 64, 1, 640, dtype=torch.float8_e4m3fn)
+    scales = torch.empty(4, 1, 2, 64, 1, 1)
+    q = torch.empty(3, 128, 576, dtype=torch.bfloat16)
+    out = torch.empty(3, 128, 512, dtype=torch.bfloat16)
+    base = dict(rope_aware=True, has_extra=False)
+    assert sd.sparse_ws_ready(q, fp8, out, scales, None, **base)
+    assert sd.sparse_ws_ready(q[:, :64].contiguous(), fp8, out[:, :64], scales, None, **base)
+    assert not sd.sparse_ws_ready(q[:, :96].contiguous(), fp8, out[:, :96], scales, None, **base)
+    # a head slice of a bigger q: its rows are not `token * H + head` rows of one 2-D view (TMA)
+    assert not sd.sparse_ws_ready(q[:, :64], fp8, out[:, :64], scales, None, **base)
+    assert not sd.sparse_ws_ready(q, fp8, out, scales, None, rope_aware=True, has_extra=True)
+    assert not sd.sparse_ws_ready(q, fp8, out, None, None, **base)
+    assert not sd.sparse_ws_ready(q, fp8, out, scales, torch.ones(3), **base)
+    assert not sd.sparse_ws_ready(q, fp8, out.half(), scales, None, **base)
+    assert not sd.sparse_ws_ready(q.half(), fp8, out, scales, None, **base)
+    bf16 = torch.empty(4, 1, 2, 64, 1, 576, dtype=torch.bfloat16)
+    assert not sd.sparse_ws_ready(q, bf16, out, None, None, rope_aware=False, has_extra=False)
+    # FP8 rows 656 bytes apart: the rope part's bf16 view has a stride of 328 elements, not a multiple of 16
+    assert not sd.sparse_ws_ready(q, torch.empty(4, 1, 2, 64, 1, 656, dtype=torch.float8_e4m3fn)[..., :640], out,
+                                  scales, None, **base)
+    monkeypatch.setattr(sd, "is_hopper", lambda device: False)
+    assert not sd.sparse_ws_ready(q, fp8, out, scales, None, **base)
+
+
+def test_sparse_ws_config_rejected_where_it_cannot_run(monkeypatch):
+    """A config asking for the warp-specialized kernel on a call it cannot take is a ValueError naming the
+    config, not a launch."""
+    from pagedmla.configs.sparse_decode import ws_config
+    from pagedmla.ops import _triton_sparse_decode as sd
+
+    monkeypatch.setattr(sd, "interpreter_enabled", lambda: False)
+    pb = make_paged_batch([40], [1], head_size=576, page_size=16, seed=1, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="Invalid config: expected ws False"):
+        sd.sparse_decode(torch.zeros(1, 64, 576, dtype=torch.bfloat16), pb.input_row_offsets, pb.kv.blocks,
+                         pb.kv.cache_lengths, pb.kv.lookup_table, None, 0, 0.1, 0, -1, 1,
+                         torch.empty(1, 64, 512, dtype=torch.bfloat16), torch.empty(1, 64),
+                         indices=torch.zeros(1, 32, dtype=I32), topk_lengths=torch.ones(1, dtype=I32),
+                         config=ws_config(num_tokens=1, num_heads=64, topk=32, num_sms=132))
+
+
+def test_sparse_ws_heuristic():
+    """The warp-specialized config: 64 rows, 32-key blocks; index rows split only when the programs (tokens x
+    64-head tiles) alone leave SMs idle, and never below 4 blocks per split."""
+    from pagedmla.configs.sparse_decode import ws_config
+
+    cfg = ws_config(num_tokens=128, num_heads=128, topk=2048, num_sms=132)
+    assert (cfg.ws, cfg.block_m, cfg.block_n, cfg.num_splits) == (True, 64, 32, 1)
+    assert ws_config(num_tokens=2, num_heads=128, topk=2048, num_sms=132).num_splits == 16  # 64 blocks, 4 each
+    assert ws_config(num_tokens=16, num_heads=64, topk=2048, num_sms=132).num_splits == 8
+    assert ws_config(num_tokens=1, num_heads=64, topk=64, num_sms=132).num_splits == 1

@@ -24,6 +24,10 @@ class SparseDecodeConfig:
             sparse_ring_ready`: Hopper, a bf16/fp16 cache or the rope-aware FP8 one, at most 16 rows per group);
             2 to 8. block_m, block_n, num_warps and num_stages then describe that kernel's fixed tiling (16, 32,
             4, 1).
+        ws: run the warp-specialized Gluon kernel `pagedmla.kernels.mla_sparse_decode_ws` (64 heads of one query
+            token per program, 32-key blocks; only for calls it can take: `ops._triton_sparse_decode.
+            sparse_ws_ready`, the rope-aware FP8 row with a bf16 q and a multiple of 64 heads). block_m, block_n
+            and num_warps then describe its fixed tiling (64, 32, 8).
         combine_block_r, combine_block_dv, combine_num_warps: rows and output columns per program, and warps, of
             the combine kernel (4 whole 512-column rows: 113.7 us against 118.2 us for 8 rows x 128 columns at
             16 heads, bf16, B = 64, 2 query tokens, 2 splits, H200; the columns are capped at kv_lora_rank, and
@@ -37,6 +41,7 @@ class SparseDecodeConfig:
     num_stages: int = 2
     prefetch_indices: bool = False
     ring_slots: int = 0
+    ws: bool = False
     combine_block_r: int = 4
     combine_block_dv: int = 512
     combine_num_warps: int = 4
@@ -91,6 +96,15 @@ def ring_config(*, num_groups: int, topk: int, num_sms: int, slots: int = RING_S
     splits = max(1, min(per_sm * num_sms // max(1, num_groups), -(-topk // 32) // 4, 64))
     return SparseDecodeConfig(block_m=16, block_n=32, num_splits=splits, num_warps=4, num_stages=1,
                               ring_slots=slots)
+
+
+def ws_config(*, num_tokens: int, num_heads: int, topk: int, num_sms: int) -> SparseDecodeConfig:
+    """The warp-specialized kernel's config: one program per (token, 64 heads) and SM (199 KB of shared
+    memory), index rows split when the programs alone would leave SMs idle (each split keeps >= 4 of the
+    32-key blocks)."""
+    splits = splits_for(programs=num_tokens * max(1, num_heads // 64), index_blocks=-(-topk // 32), block_m=64,
+                        num_sms=num_sms)
+    return SparseDecodeConfig(block_m=64, block_n=32, num_splits=splits, num_warps=8, num_stages=1, ws=True)
 
 
 @functools.lru_cache(maxsize=4096)

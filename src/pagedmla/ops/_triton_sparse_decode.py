@@ -16,7 +16,7 @@ import math
 import torch
 import triton
 
-from ..configs.sparse_decode import RING_UNFOLD_MAX_Q, SparseDecodeConfig, combine_tile, heuristic
+from ..configs.sparse_decode import RING_UNFOLD_MAX_Q, SparseDecodeConfig, combine_tile, heuristic, ws_config
 from ..kernels.mla_sparse_decode import _mla_sparse_decode_combine_kernel, _mla_sparse_decode_kernel
 from ._dispatch import (
     gluon_kernels_available,
@@ -29,7 +29,12 @@ from ._fp8_tiles import _FP8, _TL_DTYPES, _is_pow2, _tile_mode, compute_dtype
 
 _RING_AVAILABLE = gluon_kernels_available()
 if _RING_AVAILABLE:
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
+
     from ..kernels.mla_sparse_decode_ring import _mla_sparse_decode_ring_kernel
+    from ..kernels.mla_sparse_decode_ws import _mla_sparse_decode_ws_kernel
+    from ._triton_decode import _ws_q_rows
 
 # logits are scaled by scale * log2(e) so the kernels use exp2
 _LOG2E = 1.0 / math.log(2.0)
@@ -87,6 +92,40 @@ def sparse_ring_ready(q, blocks, out, scales, q_scale, *, rope_aware: bool, fold
     return (_RING_AVAILABLE and is_hopper(q.device) and q_scale is None and not fold and not has_extra and scales_ok
             and ring_dtypes_ok(q.dtype, blocks.dtype, blocks.shape[-1], rope_aware) and q.shape[1] <= 16
             and q.shape[-1] == 576 and out.shape[-1] == 512 and ring_layout_ok(q, blocks, out))
+
+
+def sparse_ws_ready(q, blocks, out, scales, q_scale, *, rope_aware: bool, has_extra: bool) -> bool:
+    """Whether the warp-specialized Gluon kernel (`kernels.mla_sparse_decode_ws`) can take this call: Triton 3.6
+    on a Hopper GPU; a bf16 q (no q_scale) with the rope-aware FP8 cache (its scales contiguous); DeepSeek's
+    512 + 64 dims; a multiple of 64 heads; a bf16 output; no extra stream; q readable by TMA as `[T * H, 576]`
+    rows; the ring kernels' cache layout (16-byte copies)."""
+    return (_RING_AVAILABLE and rope_aware and is_hopper(q.device) and q_scale is None and not has_extra
+            and scales is not None and scales.stride(-1) == 1
+            and ring_dtypes_ok(q.dtype, blocks.dtype, blocks.shape[-1], rope_aware) and q.shape[1] % 64 == 0
+            and q.shape[-1] == 576 and out.shape[-1] == 512 and out.dtype == torch.bfloat16
+            and ring_layout_ok(q, blocks, out) and _ws_q_rows(q) is not None)
+
+
+def _launch_ws(q, out, lse, part_out, part_lse, offsets, sink, indices, topk_lengths, stream, layer_idx: int,
+               scale: float, splits: int, part_strides: tuple, has_sink: bool, fold: bool) -> None:
+    """`_mla_sparse_decode_ws_kernel` over (tokens x 64-head tiles, splits), writing `out` / `lse` or the
+    partials; `stream` is the cache as `_stream` returns it."""
+    blocks, rope, scales, strides, rope_off = stream[:5]
+    page_size = blocks.shape[3]
+    q2d = _ws_q_rows(q)
+    num_tiles = q.shape[1] // 64
+
+    def desc(block):
+        return GluonTensorDescriptor.from_tensor(q2d, block, gl.NVMMASharedLayout.get_default_for(block,
+                                                                                                  gl.bfloat16))
+    _mla_sparse_decode_ws_kernel[(q.shape[0] * num_tiles, splits)](
+        desc([64, 256]), desc([64, 64]), out, lse, part_out, part_lse, offsets, sink, indices, topk_lengths, blocks,
+        rope, scales, topk_lengths.shape[0], q.shape[1], num_tiles, splits, layer_idx, scale * _LOG2E,
+        min(blocks.shape[0] * page_size, 2**31 - 1), indices.shape[1],
+        out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), *part_strides,
+        indices.stride(0), indices.stride(1), *strides,
+        PAGE_SIZE=page_size, ROPE_OFF=rope_off, FOLD=fold, HAS_SINK=has_sink, SPLIT=splits > 1,
+        CONSUMER_REGS=240, num_warps=4)
 
 
 def _launch_ring(q, out, lse, part_out, part_lse, offsets, sink, indices, topk_lengths, stream, layer_idx: int,
@@ -168,9 +207,18 @@ def sparse_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, sca
     topk, x_topk = indices.shape[1], x_idx.shape[1] if has_extra else 0
     ring = not interpret and sparse_ring_ready(q, blocks, out, scales, q_scale_ring, rope_aware=rope_aware,
                                                fold=fold, has_extra=has_extra)
-    cfg = config or heuristic(rows_per_group=rows_per_group, num_groups=num_groups, topk=topk + x_topk,
-                              q_dtype=q.dtype, cache_dtype=blocks.dtype, compute_dtype=cd,
-                              num_sms=_num_sms(q.device), interpret=interpret, rope_aware=rope_aware, ring=ring)
+    ws = not interpret and sparse_ws_ready(q, blocks, out, scales, q_scale_ring, rope_aware=rope_aware,
+                                           has_extra=has_extra)
+    if config is None and ws:
+        cfg = ws_config(num_tokens=num_rows, num_heads=num_heads, topk=topk, num_sms=_num_sms(q.device))
+    else:
+        cfg = config or heuristic(rows_per_group=rows_per_group, num_groups=num_groups, topk=topk + x_topk,
+                                  q_dtype=q.dtype, cache_dtype=blocks.dtype, compute_dtype=cd,
+                                  num_sms=_num_sms(q.device), interpret=interpret, rope_aware=rope_aware,
+                                  ring=ring)
+    if cfg.ws and not ws:
+        raise ValueError("Invalid config: expected ws False for a call the warp-specialized kernel cannot take "
+                         "(see sparse_ws_ready), got True")
     if cfg.ring_slots and not ring:
         raise ValueError(f"Invalid config: expected ring_slots 0 for a call the Gluon ring kernel cannot take "
                          f"(see sparse_ring_ready), got {cfg.ring_slots}")
@@ -193,7 +241,10 @@ def sparse_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, sca
     pool_rows = min(blk.shape[0] * page_size, 2**31 - 1)
     x_pool_rows = min(x_blk.shape[0] * x_page_size, 2**31 - 1)
     q_fp8 = q.dtype == _FP8
-    if cfg.ring_slots:
+    if cfg.ws:
+        _launch_ws(q, out, lse, part_out, part_lse, input_row_offsets, sink, indices, topk_lengths, main, layer_idx,
+                   scale, splits, po_strides + pl_strides, attn_sink is not None, fold)
+    elif cfg.ring_slots:
         _launch_ring(q, out, lse, part_out, part_lse, input_row_offsets, sink, indices, topk_lengths, main, layer_idx,
                      scale, splits, po_strides + pl_strides, attn_sink is not None, cfg.ring_slots)
     else:
