@@ -96,44 +96,52 @@ def _copy_entries(idx_s, slot, idx_row, stride_idx_k, block, count):
 
 
 @gluon.jit
-def _copy_block(C: gl.constexpr, stage_s, kr_s, sc_s, idx_s, islot, rslot, block, count, pool_rows, blocks_ptr,
-                rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b, stride_b_s, stride_r_b,
-                stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE: gl.constexpr, ROPE_OFF: gl.constexpr):
+def _copy_block(C: gl.constexpr, stage_s, kr_s, sc_s, idx_s, islot, rslot, block, count, pool_rows, lat_ptr,
+                rope_ptr, sc_ptr, stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s,
+                PAGE_SIZE: gl.constexpr):
     """Asynchronous copies of block `block` (its entries in index-ring slot `islot`) for consumer C: the e4m3
     latent halves into C's staging slot, the rope columns into rope slot `rslot`, the scales into C's scale
-    slot; zero rows for entries that are no key."""
+    slot; zero rows for entries that are no key. The pointers are the layer's (and the rope columns')."""
     h_layout: gl.constexpr = _half_copy()
     rows, ok = _block_rows(idx_s, islot, block, count, pool_rows, gl.SliceLayout(1, h_layout))
-    off = _row_offset(rows, layer_off, stride_b_b, stride_b_s, PAGE_SIZE)
+    off = _row_offset(rows, 0, stride_b_b, stride_b_s, PAGE_SIZE)
     for h in gl.static_range(2):
         cols = h * COLS + gl.arange(0, COLS, gl.SliceLayout(0, h_layout))
-        async_copy.async_copy_global_to_shared(stage_s.index(2 * C + h), blocks_ptr + off[:, None] + cols[None, :],
+        async_copy.async_copy_global_to_shared(stage_s.index(2 * C + h), lat_ptr + off[:, None] + cols[None, :],
                                                mask=ok[:, None])
     r_layout: gl.constexpr = _rope_copy()
     rows_r, ok_r = _block_rows(idx_s, islot, block, count, pool_rows, gl.SliceLayout(1, r_layout))
-    off_r = _row_offset(rows_r, r_layer_off, stride_r_b, stride_r_s, PAGE_SIZE)
-    cols_r = ROPE_OFF + gl.arange(0, D_ROPE, gl.SliceLayout(0, r_layout))
+    off_r = _row_offset(rows_r, 0, stride_r_b, stride_r_s, PAGE_SIZE)
+    cols_r = gl.arange(0, D_ROPE, gl.SliceLayout(0, r_layout))
     async_copy.async_copy_global_to_shared(kr_s.index(rslot), rope_ptr + off_r[:, None] + cols_r[None, :],
                                            mask=ok_r[:, None])
     rows_s, ok_s = _block_rows(idx_s, islot, block, count, pool_rows, _entry_copy())
     async_copy.async_copy_global_to_shared(
-        sc_s.index(C), scales_ptr + _row_offset(rows_s, s_layer_off, stride_s_b, stride_s_s, PAGE_SIZE), mask=ok_s)
+        sc_s.index(C), sc_ptr + _row_offset(rows_s, 0, stride_s_b, stride_s_s, PAGE_SIZE), mask=ok_s)
+
+
+@gluon.constexpr_function
+def _widen_layout():
+    """Widening a `[16, 256]` piece of a staged latent half: 16 values per thread, 16 threads a row."""
+    return gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
 
 
 @gluon.jit
 def _widen(stage_s, k_s, C: gl.constexpr):
-    """Consumer C's staged e4m3 latent, as bf16, into its key slot (both 256-column halves), exactly."""
+    """Consumer C's staged e4m3 latent, as bf16, into its key slot (both 256-column halves), exactly; 16 rows at
+    a time (fewer registers held)."""
     for h in gl.static_range(2):
-        x = stage_s.index(2 * C + h).load(_half_copy())
-        k_s.index(2 * C + h).store(gl.inline_asm_elementwise(
-            E4M3X4_TO_BF16_ASM, "=r,=r,r", [x.to(gl.uint8, bitcast=True)], dtype=gl.bfloat16, is_pure=True, pack=4))
+        for r in gl.static_range(BLOCK_N // 16):
+            x = stage_s.index(2 * C + h).slice(16 * r, 16, dim=0).load(_widen_layout())
+            k_s.index(2 * C + h).slice(16 * r, 16, dim=0).store(gl.inline_asm_elementwise(
+                E4M3X4_TO_BF16_ASM, "=r,=r,r", [x.to(gl.uint8, bitcast=True)], dtype=gl.bfloat16, is_pure=True,
+                pack=4))
 
 
 @gluon.jit
 def _take_block(C: gl.constexpr, i, q_s, qr_s, k_s, kr_s, stage_s, sc_s, idx_s, k_free, block, nxt, ahead, count,
-                count_nxt, count_ahead, pool_rows, idx_row, stride_idx_k, blocks_ptr, rope_ptr, scales_ptr, layer_off, r_layer_off,
-                s_layer_off, stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s, qk_scale,
-                PAGE_SIZE: gl.constexpr, ROPE_OFF: gl.constexpr):
+                count_nxt, count_ahead, pool_rows, idx_row, stride_idx_k, lat_ptr, rope_ptr, sc_ptr, stride_b_b,
+                stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s, qk_scale, PAGE_SIZE: gl.constexpr):
     """Consumer C's i-th own block `block`: wait for its copies and for its key slot (the other consumer's last
     P @ V on it), widen it, issue the copies of its next own block `nxt` and the entries of `ahead` (the one
     after; `count_nxt` / `count_ahead`: 0 for blocks past the split's range, which copy nothing), and return
@@ -148,20 +156,30 @@ def _take_block(C: gl.constexpr, i, q_s, qr_s, k_s, kr_s, stage_s, sc_s, idx_s, 
     sc = sc_s.index(C).load(col_layout)
     gl.thread_barrier()  # the staging, scale and entry slots are read: the next copies may overwrite them
     _copy_block(C, stage_s, kr_s, sc_s, idx_s, 2 * C + (i + 1) % 2, 2 * C + (i + 1) % 2, nxt, count_nxt, pool_rows,
-                blocks_ptr, rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b, stride_b_s,
-                stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE, ROPE_OFF)
+                lat_ptr, rope_ptr, sc_ptr, stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s,
+                PAGE_SIZE)
     _copy_entries(idx_s, 2 * C + i % 2, idx_row, stride_idx_k, ahead, count_ahead)
     async_copy.commit_group()
     fence_async_shared()  # the MMAs read the widened keys through the async proxy
     gl.thread_barrier()
+    # a runtime 0 in the slot indices, made opaque here: with compile-time ones (or a value known earlier) the
+    # compiler computes all 34 MMA descriptors of q's and the key slot's tiles ahead and spills them
+    dyn = _opaque_zero(i)
     s_lat = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    s_lat = warpgroup_mma(q_s.index(0), k_s.index(2 * C).permute((1, 0)), s_lat, use_acc=False, is_async=True)
-    s_lat = warpgroup_mma(q_s.index(1), k_s.index(2 * C + 1).permute((1, 0)), s_lat, is_async=True)
+    s_lat = warpgroup_mma(q_s.index(dyn), k_s.index(2 * C + dyn).permute((1, 0)), s_lat, use_acc=False,
+                          is_async=True)
+    s_lat = warpgroup_mma(q_s.index(1 + dyn), k_s.index(2 * C + 1 + dyn).permute((1, 0)), s_lat, is_async=True)
     s_rope = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     s_rope = warpgroup_mma(qr_s, kr_s.index(2 * C + i % 2).permute((1, 0)), s_rope, use_acc=False, is_async=True)
     s_lat, s_rope = warpgroup_mma_wait(num_outstanding=0, deps=(s_lat, s_rope))
     s = (s_lat * sc[None, :] + s_rope) * qk_scale
     return gl.where(ok[None, :], s, float("-inf")), sc
+
+
+@gluon.jit
+def _opaque_zero(i):
+    """0 (for i < 2^30), from an instruction with side effects: nothing computed from it moves above this point."""
+    return gl.inline_asm_elementwise("shr.s32 $0, $1, 30;", "=r,r", [i], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -201,9 +219,9 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, q_s, qr_s, k_s, kr_s, p_s, stage
     hi = (split + 1) * num_blocks // num_splits
     n_blocks = hi - lo
     layer = layer_idx.to(gl.int64)
-    layer_off = layer * stride_b_l
-    r_layer_off = layer * stride_r_l
-    s_layer_off = layer * stride_s_l
+    lat_ptr = blocks_ptr + layer * stride_b_l
+    rope_ptr = rope_ptr + layer * stride_r_l + ROPE_OFF
+    sc_ptr = scales_ptr + layer * stride_s_l
     if C == 0:
         mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes + qr_desc.block_type.nbytes)
         q_row = tok * num_heads + head0
@@ -216,9 +234,8 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, q_s, qr_s, k_s, kr_s, p_s, stage
     first_n = gl.where(first < hi, count, 0)
     idx_s.index(2 * C).store(gl.load(idx_row + keys.to(gl.int64) * stride_idx_k, mask=keys < first_n, other=-1))
     gl.thread_barrier()
-    _copy_block(C, stage_s, kr_s, sc_s, idx_s, 2 * C, 2 * C, first, first_n, pool_rows, blocks_ptr, rope_ptr,
-                scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b, stride_b_s, stride_r_b, stride_r_s,
-                stride_s_b, stride_s_s, PAGE_SIZE, ROPE_OFF)
+    _copy_block(C, stage_s, kr_s, sc_s, idx_s, 2 * C, 2 * C, first, first_n, pool_rows, lat_ptr, rope_ptr, sc_ptr,
+                stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE)
     second = first + 2
     _copy_entries(idx_s, 2 * C + 1, idx_row, stride_idx_k, second, gl.where(second < hi, count, 0))
     async_copy.commit_group()
@@ -231,6 +248,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, q_s, qr_s, k_s, kr_s, p_s, stage
         ka = lo + 2 * j
         has_b = 2 * j + 1 < n_blocks
         ph = j & 1
+        dyn = j >> 30  # a runtime 0 in the slot indices (see _take_block)
         # this consumer's own block of the pair, the next one it copies and the one whose entries it copies
         own = ka + C
         nxt = own + 2
@@ -239,9 +257,9 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, q_s, qr_s, k_s, kr_s, p_s, stage
         count_ahead = gl.where(ahead < hi, count, 0)
         if C == 0:
             s, sc = _take_block(0, j, q_s, qr_s, k_s, kr_s, stage_s, sc_s, idx_s, free0, own, nxt, ahead, count,
-                                count_nxt, count_ahead, pool_rows, idx_row, stride_idx_k, blocks_ptr, rope_ptr,
-                                scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b, stride_b_s,
-                                stride_r_b, stride_r_s, stride_s_b, stride_s_s, qk_scale, PAGE_SIZE, ROPE_OFF)
+                                count_nxt, count_ahead, pool_rows, idx_row, stride_idx_k, lat_ptr, rope_ptr, sc_ptr,
+                                stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s, qk_scale,
+                                PAGE_SIZE)
             m_a = gl.maximum(m_i, gl.max(s, axis=1))
             p = gl.exp2(s - _no_inf(m_a)[:, None])
             rs_a = gl.sum(p, axis=1)
@@ -251,7 +269,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, q_s, qr_s, k_s, kr_s, p_s, stage
             mbarrier.arrive(got_a)
             scale_a = gl.exp2(m_i - _no_inf(m_a))
             acc = acc * gl.convert_layout(scale_a, o_rows)[:, None]
-            pv = warpgroup_mma(gl.convert_layout((p * sc[None, :]).to(gl.bfloat16), p_op_layout), k_s.index(0), acc,
+            pv = warpgroup_mma(gl.convert_layout((p * sc[None, :]).to(gl.bfloat16), p_op_layout), k_s.index(dyn), acc,
                                is_async=True)
             if has_b:
                 mbarrier.wait(got_b, ph)
@@ -264,7 +282,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, q_s, qr_s, k_s, kr_s, p_s, stage
                 mbarrier.arrive(got_pa)
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
                 acc = acc * gl.convert_layout(scale_b, o_rows)[:, None]
-                pv = warpgroup_mma(p_s.index(1), k_s.index(2), acc, is_async=True)
+                pv = warpgroup_mma(p_s.index(1 + dyn), k_s.index(2 + dyn), acc, is_async=True)
                 l_i = l_i * scale_a * scale_b + rs_a * scale_b + rs_b
                 m_i = m_b
             else:
@@ -282,9 +300,9 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, q_s, qr_s, k_s, kr_s, p_s, stage
             if has_b:
                 # block b's logits run while consumer 0 works on block a
                 s, sc = _take_block(1, j, q_s, qr_s, k_s, kr_s, stage_s, sc_s, idx_s, free1, own, nxt, ahead,
-                                    count, count_nxt, count_ahead, pool_rows, idx_row, stride_idx_k, blocks_ptr, rope_ptr, scales_ptr,
-                                    layer_off, r_layer_off, s_layer_off, stride_b_b, stride_b_s, stride_r_b,
-                                    stride_r_s, stride_s_b, stride_s_s, qk_scale, PAGE_SIZE, ROPE_OFF)
+                                    count, count_nxt, count_ahead, pool_rows, idx_row, stride_idx_k, lat_ptr,
+                                    rope_ptr, sc_ptr, stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b,
+                                    stride_s_s, qk_scale, PAGE_SIZE)
             mbarrier.wait(got_a, ph)
             m_a = stats.index(0).load(row_layout)
             rs_a = stats.index(1).load(row_layout)
@@ -302,17 +320,17 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, q_s, qr_s, k_s, kr_s, p_s, stage
                 mbarrier.arrive(got_b)
                 scale_b = gl.exp2(_no_inf(m_a) - _no_inf(m_b))
                 acc = acc * gl.convert_layout(scale_a * scale_b, o_rows)[:, None]
-                pv = warpgroup_mma(gl.convert_layout(p_b, p_op_layout), k_s.index(3), acc, is_async=True)
+                pv = warpgroup_mma(gl.convert_layout(p_b, p_op_layout), k_s.index(3 + dyn), acc, is_async=True)
                 l_i = l_i * scale_a * scale_b + rs_a * scale_b + rs_b
                 m_i = m_b
                 mbarrier.wait(got_pa, ph)
-                pv = warpgroup_mma(p_s.index(0), k_s.index(1), pv, is_async=True)
+                pv = warpgroup_mma(p_s.index(dyn), k_s.index(1 + dyn), pv, is_async=True)
             else:
                 acc = acc * gl.convert_layout(scale_a, o_rows)[:, None]
                 l_i = l_i * scale_a + rs_a
                 m_i = m_a
                 mbarrier.wait(got_pa, ph)
-                pv = warpgroup_mma(p_s.index(0), k_s.index(1), acc, is_async=True)
+                pv = warpgroup_mma(p_s.index(dyn), k_s.index(1 + dyn), acc, is_async=True)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
             # consumer 0 may widen its next block into key slot 0 and write P_a again
             mbarrier.arrive(free0)
