@@ -1,4 +1,5 @@
-"""Helpers shared by the Gluon (warp-specialized Hopper) kernels: `prefill_ws` and `mla_decode_ws`."""
+"""Helpers shared by the Gluon (warp-specialized Hopper) kernels: `prefill_ws`, `mla_decode_ws` and
+`mla_sparse_decode_ws`."""
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -11,3 +12,11 @@ LN2 = gl.constexpr(0.6931471805599453)
 def mma_layout(n):
     """Accumulator layout of a 64-row warpgroup MMA over n columns (one consumer warpgroup's 4 warps)."""
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
+
+
+@gluon.jit
+def opaque_zero(i):
+    """0 for 0 <= i < 2^30, from an instruction with side effects, so that nothing computed from it moves above
+    the call: an index `k + opaque_zero(i)` keeps the compiler from computing MMA descriptors of constant shared
+    tiles ahead of a loop and holding (or spilling) them."""
+    return gl.inline_asm_elementwise("shr.s32 $0, $1, 30;", "=r,r", [i], dtype=gl.int32, is_pure=False, pack=1)

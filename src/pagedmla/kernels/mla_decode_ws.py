@@ -36,7 +36,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .gluon_common import LN2, LOG2E, mma_layout
+from .gluon_common import LN2, LOG2E, mma_layout, opaque_zero
 
 D_LAT = gl.constexpr(512)
 D_ROPE = gl.constexpr(64)
@@ -117,8 +117,11 @@ def _logits(q_s, qr_s, k_s, kr_s, k_ready, c, k0, lo, hi, qk_scale):
             part.store(gl.where(keep, x, gl.zeros_like(x)))
         fence_async_shared()  # the MMAs read shared memory through the async proxy
     s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    s = warpgroup_mma(q_s.index(0), k_s.index(st * 2).permute((1, 0)), s, use_acc=False, is_async=True)
-    s = warpgroup_mma(q_s.index(1), k_s.index(st * 2 + 1).permute((1, 0)), s, is_async=True)
+    # q's tiles through an opaque 0: with compile-time indices the compiler computes their 32 MMA descriptors once,
+    # ahead of the loop, and spills them
+    dyn = opaque_zero(c)
+    s = warpgroup_mma(q_s.index(dyn), k_s.index(st * 2).permute((1, 0)), s, use_acc=False, is_async=True)
+    s = warpgroup_mma(q_s.index(1 + dyn), k_s.index(st * 2 + 1).permute((1, 0)), s, is_async=True)
     s = warpgroup_mma(qr_s, kr_s.index(st).permute((1, 0)), s, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,)) * qk_scale
     if edge:

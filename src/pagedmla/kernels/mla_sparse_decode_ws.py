@@ -42,7 +42,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from .fp8 import E4M3X4_TO_BF16_ASM
-from .gluon_common import LN2, LOG2E, mma_layout
+from .gluon_common import LN2, LOG2E, mma_layout, opaque_zero
 from .mla_sparse_decode_ring import _row_offset, _sequence_of
 
 D_LAT = gl.constexpr(512)
@@ -164,7 +164,7 @@ def _take_block(C: gl.constexpr, i, q_s, qr_s, k_s, kr_s, stage_s, sc_s, idx_s, 
     gl.thread_barrier()
     # a runtime 0 in the slot indices, made opaque here: with compile-time ones (or a value known earlier) the
     # compiler computes all 34 MMA descriptors of q's and the key slot's tiles ahead and spills them
-    dyn = _opaque_zero(i)
+    dyn = opaque_zero(i)
     s_lat = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     s_lat = warpgroup_mma(q_s.index(dyn), k_s.index(2 * C + dyn).permute((1, 0)), s_lat, use_acc=False,
                           is_async=True)
@@ -174,12 +174,6 @@ def _take_block(C: gl.constexpr, i, q_s, qr_s, k_s, kr_s, stage_s, sc_s, idx_s, 
     s_lat, s_rope = warpgroup_mma_wait(num_outstanding=0, deps=(s_lat, s_rope))
     s = (s_lat * sc[None, :] + s_rope) * qk_scale
     return gl.where(ok[None, :], s, float("-inf")), sc
-
-
-@gluon.jit
-def _opaque_zero(i):
-    """0 (for i < 2^30), from an instruction with side effects: nothing computed from it moves above this point."""
-    return gl.inline_asm_elementwise("shr.s32 $0, $1, 30;", "=r,r", [i], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
