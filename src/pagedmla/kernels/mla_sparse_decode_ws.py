@@ -403,6 +403,7 @@ def _mla_sparse_decode_ws_kernel(
 
     # two partitions of one warpgroup each (a third would cap every thread's registers below what the
     # accumulators need: see mla_decode_ws)
+    # (the argument list is spelled out twice: a tuple built once and extended with C fails to compile in 3.6)
     gl.warp_specialize([
         (_consumer, (0, q_desc, qr_desc, q_s, qr_s, k_s, kr_s, p_s, stage_s, sc_s, idx_s, stats, q_ready, free0,
                      free1, got_a, got_b, got_pa, stats_free, offsets_ptr, sink_ptr, idx_ptr, topk_len_ptr,
