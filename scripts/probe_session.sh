@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: the reworked Gluon sparse gpu tests (all -1 rows on both kernels,
-# the ws graph replay), the 16-head ring at 128 workers (two pieces per sequence, one program per SM) with deeper
-# rings, and per-kernel device times at batch 1, 128 heads.
+# One device call (edit per session). This one, the session's last: after the review's fix (the rescale of a
+# pair's empty block a), the sparse gpu tier and the dense warp-specialized and graph tests, then the harness's
+# decode, mtp and sparse rows at this commit (the table of BENCHMARKS.md's targets).
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_sparse_decode_triton.py \
-  -k "gluon_all_minus_one or ws" > "$OUT/gpu-tests-sparse-ws-$COMMIT.txt" 2>&1
-echo "tests rc $?"; tail -1 "$OUT/gpu-tests-sparse-ws-$COMMIT.txt"; grep -E "^FAILED|^E  " "$OUT/gpu-tests-sparse-ws-$COMMIT.txt" | head -20
-timeout 200 python3 benchmarks/decode_probe.py --sweep --ring-plan --config 16,32,4,1,ring2 --config 16,32,4,1,ring3 \
-  --config 16,32,4,1,ring4 --workers 128,256 --case 64,4096,16,1 > "$OUT/ring-workers128-$COMMIT.txt" 2>&1
-echo "sweep rc $?"; grep -E "^ +B" "$OUT/ring-workers128-$COMMIT.txt" | cut -c1-150
-timeout 100 python3 benchmarks/decode_probe.py --profile --case 1,16384,128,1 > "$OUT/profile-b1-$COMMIT.txt" 2>&1
-echo "profile rc $?"; tail -12 "$OUT/profile-b1-$COMMIT.txt" | cut -c1-150
+timeout 170 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_sparse_decode_triton.py \
+  > "$OUT/gpu-tests-sparse-$COMMIT.txt" 2>&1
+echo "sparse tests rc $?"; tail -1 "$OUT/gpu-tests-sparse-$COMMIT.txt"; grep -E "^FAILED" "$OUT/gpu-tests-sparse-$COMMIT.txt" | head
+timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py -k "warp_specialized or graph" \
+  > "$OUT/gpu-tests-decode-ws-$COMMIT.txt" 2>&1
+echo "ws tests rc $?"; tail -1 "$OUT/gpu-tests-decode-ws-$COMMIT.txt"; grep -E "^FAILED" "$OUT/gpu-tests-decode-ws-$COMMIT.txt" | head
+run() {  # name, then bench arguments
+  local name=$1; shift
+  timeout 110 python3 -m pagedmla.cli bench "$@" --no-reference --commit "$COMMIT" --json "$OUT/bench-$name-$COMMIT.json" \
+    > "$OUT/bench-$name-$COMMIT.txt" 2>&1
+  echo "$name rc $?"; grep -E "^(decode|mtp|sparse) |ceiling" "$OUT/bench-$name-$COMMIT.txt" | cut -c1-120
+}
+run decode decode --heads 16 128
+run mtp mtp
+run sparse sparse --heads 128 64 --batch 64 128 --keys 8192 32768 --kv-dtype fp8
+run sparse-h16 sparse --heads 16 --batch 64 128 --kv-dtype bf16

@@ -310,7 +310,10 @@ def test_fold_shared_index_equals_per_token_rows():
 V32_RANK, V32_ROPE = 512, 64
 
 
-def _v32_case(heads, kv_kind, q_kind, *, fold=False, extra=False, sink=False, seed=0):
+def _v32_case(heads, kv_kind, q_kind, *, fold=False, extra=False, sink=False, seed=0, poison_followers=False):
+    """DeepSeek-V3.2's sparse call (2 query tokens per sequence, topk 2048) against the float32 reference.
+    `poison_followers` (with `fold`): the kernel gets -1 in every index row but each sequence's first (the
+    reference the shared rows), so a kernel that read a follower token's row would give 0, not the answer."""
     dev = torch.device("cuda")
     gen = torch.Generator().manual_seed(seed)
     cache, new = [3000, 5200], [2, 2]
@@ -365,6 +368,10 @@ def _v32_case(heads, kv_kind, q_kind, *, fold=False, extra=False, sink=False, se
         return x
 
     kw_dev = {k: to_dev(v) for k, v in kw.items()}
+    if poison_followers:
+        followers = torch.ones(pb.num_rows, dtype=torch.bool)
+        followers[pb.input_row_offsets[:-1].long()] = False
+        kw_dev["indices"][followers.to(dev)] = -1
     out_dtype = torch.bfloat16
     got = torch.full((pb.num_rows, heads, V32_RANK), float("nan"), dtype=out_dtype, device=dev)
     got, got_lse = pm.mla_decode_kv_cache_ragged(to_dev(q), pb.input_row_offsets.to(dev), to_dev(kv), 0, 0.1,
@@ -449,16 +456,17 @@ def test_combine_tile_bounds_registers():
 # ---- the Gluon ring kernel (16 rows or fewer, bf16/fp16 cache; Hopper) ----
 
 def _ring_case(heads, dtype, *, cache, new, lengths, page_size=64, sink=False, config=None, seed=0, q_mult=0.5,
-               parts=None):
+               parts=None, topk=None):
     """A sparse decode of `heads` heads on a `dtype` cache ("fp8": the rope-aware FP8 row with a bf16 q; NaN in
     every unused slot and spare block, index rows with -1 holes, columns past `lengths` naming NaN rows and
-    out-of-pool ids), run through the public op (`parts`: its num_partitions, the programs per index row; or
-    the launcher with `config`) on the GPU and checked against the float32 reference."""
+    out-of-pool ids; `topk` index columns, by default 5 past the longest length), run through the public op
+    (`parts`: its num_partitions, the programs per index row; or the launcher with `config`) on the GPU and
+    checked against the float32 reference."""
     from pagedmla.ops._triton_sparse_decode import sparse_decode
 
     dev = torch.device("cuda")
     gen = torch.Generator().manual_seed(seed)
-    topk = max(lengths) + 5
+    topk = topk or max(lengths) + 5
     rope_aware = dtype == "fp8"
     q_dtype = torch.bfloat16 if rope_aware else dtype
     pb = make_paged_batch(cache, new, head_size=V32_RANK + V32_ROPE, page_size=page_size, seed=seed, num_layers=2,
@@ -791,6 +799,56 @@ def test_gpu_sparse_ws_matches_reference(heads, page_size, cache, new, lengths, 
 
 
 @pytest.mark.gpu
+def test_gpu_sparse_ws_lengths_of_every_column(call_counter):
+    """Top-k lengths equal to the index columns (no column past a row's length), 128 heads."""
+    from pagedmla.ops import _triton_sparse_decode
+
+    launches = call_counter(_triton_sparse_decode, "_launch_ws")
+    _ring_case(128, "fp8", cache=[1500, 700], new=[1, 2], lengths=[640, 640], sink=True, seed=8, parts=1, topk=640)
+    assert launches[0] == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("parts", [1, 2], ids=["whole-rows", "split2"])
+def test_gpu_sparse_ws_masked_first_block_and_very_negative_logits(parts, call_counter):
+    """A pair whose block a holds no key (32 entries of -1) before keys whose logits are all below -128 in base 2
+    (q opposite to every key): rescaling the empty block a by exp2(-m_b) overflowed (0 * inf: a NaN output with
+    LSE -inf); the answer must match the reference, whole and with each split starting on such a pair."""
+    from pagedmla.ops import _triton_sparse_decode
+
+    launches = call_counter(_triton_sparse_decode, "_launch_ws")
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(12)
+    pb = make_paged_batch([200], [1], head_size=576, page_size=64, seed=12, spare_blocks=1, dtype=torch.float32)
+    v = torch.randn(576, generator=gen)
+    used = pb.kv.lookup_table[0, :pb.kv.lookup_table.shape[1]].long()
+    used = used[(used >= 0) & (used < pb.kv.num_blocks)]
+    pb.kv.blocks[used] = v  # every key is v (unused slots keep their NaN)
+    kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64)
+    # blocks of 32 entries: [-1 x 32, keys x 32] twice, so each split of two starts on an empty block a
+    phys = torch.tensor(_physical(pb, 0, range(64)), dtype=I32)
+    idx = torch.full((1, 128), -1, dtype=I32)
+    idx[0, 32:64], idx[0, 96:128] = phys[:32], phys[32:]
+    q = (-2 * v).expand(1, 64, 576).contiguous().bfloat16()  # logits about -2 |v|^2 * 0.1 * log2(e), below -128
+    kw = {"mask": "null", "indices": idx, "topk_lengths": torch.tensor([128], dtype=I32), "q_scale": None,
+          "per_token_scale_rope_aware": True, "qk_rope_head_dim": 64, "attn_sink": None}
+    want, want_lse = _reference32(q, pb.input_row_offsets, kv, 1, 0.1, kw)
+    assert (want_lse < -89).all()  # every logit below -128 in base 2 (LSE >= the largest logit)
+    low, low_lse = _lowprec(q, None, kv, 1, idx, [128], {"offsets": pb.input_row_offsets.tolist()}, 0.1, None, 512,
+                            True, 64)
+    dkv = kv.replace(blocks=kv.blocks.to(dev), scales=kv.scales.to(dev), cache_lengths=kv.cache_lengths.to(dev),
+                     lookup_table=kv.lookup_table.to(dev))
+    got, got_lse = pm.mla_decode_kv_cache_ragged(
+        q.to(dev), pb.input_row_offsets.to(dev), dkv, 1, 0.1, mask="null", indices=idx.to(dev),
+        topk_lengths=kw["topk_lengths"].to(dev), qk_rope_head_dim=64, per_token_scale_rope_aware=True,
+        num_partitions=parts, return_lse=True, backend="triton")
+    assert launches[0] == 1
+    eps = _bf16_eps(want, [kv], True, 64)
+    assert_close_to_reference(got.float().cpu(), want, _envelope(low, want, -1), eps=eps)
+    assert_close_to_reference(got_lse.cpu(), want_lse, _envelope(low_lse, want_lse, -1), eps=1e-4, name="lse")
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("splits", [1, 2, 40], ids=["split1", "split2", "split40"])
 def test_gpu_sparse_ws_splits(splits, call_counter):
     """One program per index row, two, and more programs than a short row has blocks (empty splits), with a sink
@@ -821,11 +879,12 @@ def test_gpu_sparse_ws_q_range(q_mult, call_counter):
 @pytest.mark.parametrize("fold", [False, True], ids=["per-token-rows", "fold"])
 def test_gpu_sparse_ws_v32_shape(fold, call_counter):
     """DeepSeek-V3.2's call at 128 heads (two query tokens per sequence, top-k 2048, sink), each token's own index
-    row or the sequence's shared one (fold_shared_index), on the warp-specialized kernel."""
+    row or the sequence's shared one (fold_shared_index: the second token's row is poisoned on the device, so
+    only the first token's row gives the answer), on the warp-specialized kernel."""
     from pagedmla.ops import _triton_sparse_decode
 
     launches = call_counter(_triton_sparse_decode, "_launch_ws")
-    _v32_case(128, "rope", "bf16", fold=fold, sink=True, seed=6)
+    _v32_case(128, "rope", "bf16", fold=fold, sink=True, seed=6, poison_followers=fold)
     assert launches[0] == 1
 
 

@@ -207,7 +207,9 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
                             mbarrier.wait(got_b, pairs_b & 1)
                             m_b = stats.index(2).load(row_layout)
                             rs_b = stats.index(3).load(row_layout)
-                            scale_b = gl.exp2(_no_inf(m_a) - _no_inf(m_b))
+                            # 0 while the row has seen no key (m_a = -inf): exp2(0 - m_b) would overflow for m_b < -128
+                            # and turn 0 * inf into NaN
+                            scale_b = gl.exp2(m_a - _no_inf(m_b))
                             # P_a against the pair's max, for consumer 1, in block a's rope columns
                             kr_s.index(sa).store((p * scale_b[:, None]).to(gl.bfloat16))
                             fence_async_shared()
@@ -251,7 +253,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
                             stats.index(3).store(rs_b)
                             fence_async_shared()
                             mbarrier.arrive(got_b)
-                            scale_b = gl.exp2(_no_inf(m_a) - _no_inf(m_b))
+                            scale_b = gl.exp2(m_a - _no_inf(m_b))
                             acc = acc * gl.convert_layout(scale_a * scale_b, o_rows)[:, None]
                             pv = warpgroup_mma(gl.convert_layout(p_b, p_op_layout), k_s.index(sb * 2 + 1), acc,
                                                is_async=True)

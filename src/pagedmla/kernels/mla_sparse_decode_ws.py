@@ -4,7 +4,7 @@ a bf16 q. DeepSeek-V3.2's attention at 64 and 128 heads.
 
 Why. The Triton sparse kernel (`pagedmla.kernels.mla_sparse_decode`) runs 64-row tiles on two warpgroups that
 both compute the whole logits tile (each needs all of P for its half of P @ V), and widens every gathered e4m3
-tile on the critical path between its loads and its MMAs: 195.9 TFLOP/s at the V3.2 shape. Here each 32-key
+tile on the critical path between its loads and its MMAs: 192.5 TFLOP/s at the V3.2 shape (H200). Here each 32-key
 block's logits are computed once, by one warpgroup, as in `pagedmla.kernels.mla_decode_ws`, whose "seesaw" this
 kernel keeps: blocks go in pairs (a, b), consumer 0 computes block a's logits and softmax while consumer 1
 computes block b's, and each consumer owns 256 of the 512 output columns, so both do P_a @ V_a and P_b @ V_b
@@ -269,7 +269,9 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, q_s, qr_s, k_s, kr_s, p_s, stage
                 mbarrier.wait(got_b, ph)
                 m_b = stats.index(2).load(row_layout)
                 rs_b = stats.index(3).load(row_layout)
-                scale_b = gl.exp2(_no_inf(m_a) - _no_inf(m_b))
+                # 0 while the row has seen no key (m_a = -inf): exp2(0 - m_b) would overflow for m_b < -128
+                # and turn 0 * inf into NaN
+                scale_b = gl.exp2(m_a - _no_inf(m_b))
                 # P_a against the pair's max, for consumer 1
                 p_s.index(0).store((p * scale_b[:, None] * sc[None, :]).to(gl.bfloat16))
                 fence_async_shared()
@@ -312,7 +314,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, q_s, qr_s, k_s, kr_s, p_s, stage
                 stats.index(3).store(rs_b)
                 fence_async_shared()
                 mbarrier.arrive(got_b)
-                scale_b = gl.exp2(_no_inf(m_a) - _no_inf(m_b))
+                scale_b = gl.exp2(m_a - _no_inf(m_b))
                 acc = acc * gl.convert_layout(scale_a * scale_b, o_rows)[:, None]
                 pv = warpgroup_mma(gl.convert_layout(p_b, p_op_layout), k_s.index(3 + dyn), acc, is_async=True)
                 l_i = l_i * scale_a * scale_b + rs_a * scale_b + rs_b

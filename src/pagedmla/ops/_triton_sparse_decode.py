@@ -100,7 +100,7 @@ def sparse_ws_ready(q, blocks, out, scales, q_scale, *, rope_aware: bool, has_ex
     512 + 64 dims; a multiple of 64 heads; a bf16 output; no extra stream; q readable by TMA as `[T * H, 576]`
     rows; the ring kernels' cache layout (16-byte copies)."""
     return (_RING_AVAILABLE and rope_aware and is_hopper(q.device) and q_scale is None and not has_extra
-            and scales is not None and scales.stride(-1) == 1
+            and scales is not None and scales.dtype == torch.float32 and scales.stride(-1) == 1
             and ring_dtypes_ok(q.dtype, blocks.dtype, blocks.shape[-1], rope_aware) and q.shape[1] % 64 == 0
             and q.shape[-1] == 576 and out.shape[-1] == 512 and out.dtype == torch.bfloat16
             and ring_layout_ok(q, blocks, out) and _ws_q_rows(q) is not None)
