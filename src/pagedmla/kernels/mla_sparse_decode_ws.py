@@ -127,15 +127,13 @@ def _widen_layout():
 
 
 @gluon.jit
-def _widen(stage_s, k_s, C: gl.constexpr):
-    """Consumer C's staged e4m3 latent, as bf16, into its key slot (both 256-column halves), exactly; 16 rows at
-    a time (fewer registers held)."""
-    for h in gl.static_range(2):
-        for r in gl.static_range(BLOCK_N // 16):
-            x = stage_s.index(2 * C + h).slice(16 * r, 16, dim=0).load(_widen_layout())
-            k_s.index(2 * C + h).slice(16 * r, 16, dim=0).store(gl.inline_asm_elementwise(
-                E4M3X4_TO_BF16_ASM, "=r,=r,r", [x.to(gl.uint8, bitcast=True)], dtype=gl.bfloat16, is_pure=True,
-                pack=4))
+def _widen_half(stage_s, k_s, h: gl.constexpr):
+    """Latent half h (staging and key tiles 2 C and 2 C + 1 are consumer C's), as bf16, exactly; 16 rows at a
+    time (fewer registers held)."""
+    for r in gl.static_range(BLOCK_N // 16):
+        x = stage_s.index(h).slice(16 * r, 16, dim=0).load(_widen_layout())
+        k_s.index(h).slice(16 * r, 16, dim=0).store(gl.inline_asm_elementwise(
+            E4M3X4_TO_BF16_ASM, "=r,=r,r", [x.to(gl.uint8, bitcast=True)], dtype=gl.bfloat16, is_pure=True, pack=4))
 
 
 @gluon.jit
@@ -150,27 +148,34 @@ def _take_block(C: gl.constexpr, i, q_s, qr_s, k_s, kr_s, stage_s, sc_s, idx_s, 
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
     async_copy.wait_group(0)
     gl.thread_barrier()  # every thread's copies have landed
+    fence_async_shared()  # the MMAs read the copied rope columns and the widened keys through the async proxy
+    # the rope columns were copied straight into their slot: their MMA runs while the latent is widened, and the
+    # first latent half's MMA while the second half is. Slot indices through a runtime 0 made opaque just before
+    # each MMA: with compile-time ones (or a value known earlier) the compiler computes the MMA descriptors of
+    # q's and the key slot's tiles ahead and spills them
+    s_rope = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    s_rope = warpgroup_mma(qr_s, kr_s.index(2 * C + i % 2 + opaque_zero(i)).permute((1, 0)), s_rope, use_acc=False,
+                           is_async=True)
     mbarrier.wait(k_free, (i & 1) ^ 1)
-    _widen(stage_s, k_s, C)
+    _widen_half(stage_s, k_s, 2 * C)
+    fence_async_shared()
+    gl.thread_barrier()
+    dyn = opaque_zero(i)
+    s_lat = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    s_lat = warpgroup_mma(q_s.index(dyn), k_s.index(2 * C + dyn).permute((1, 0)), s_lat, use_acc=False,
+                          is_async=True)
+    _widen_half(stage_s, k_s, 2 * C + 1)
     _, ok = _block_rows(idx_s, 2 * C + i % 2, block, count, pool_rows, col_layout)
     sc = sc_s.index(C).load(col_layout)
+    fence_async_shared()
     gl.thread_barrier()  # the staging, scale and entry slots are read: the next copies may overwrite them
+    dyn = opaque_zero(i)
+    s_lat = warpgroup_mma(q_s.index(1 + dyn), k_s.index(2 * C + 1 + dyn).permute((1, 0)), s_lat, is_async=True)
     _copy_block(C, stage_s, kr_s, sc_s, idx_s, 2 * C + (i + 1) % 2, 2 * C + (i + 1) % 2, nxt, count_nxt, pool_rows,
                 lat_ptr, rope_ptr, sc_ptr, stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s,
                 PAGE_SIZE)
     _copy_entries(idx_s, 2 * C + i % 2, idx_row, stride_idx_k, ahead, count_ahead)
     async_copy.commit_group()
-    fence_async_shared()  # the MMAs read the widened keys through the async proxy
-    gl.thread_barrier()
-    # a runtime 0 in the slot indices, made opaque here: with compile-time ones (or a value known earlier) the
-    # compiler computes all 34 MMA descriptors of q's and the key slot's tiles ahead and spills them
-    dyn = opaque_zero(i)
-    s_lat = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    s_lat = warpgroup_mma(q_s.index(dyn), k_s.index(2 * C + dyn).permute((1, 0)), s_lat, use_acc=False,
-                          is_async=True)
-    s_lat = warpgroup_mma(q_s.index(1 + dyn), k_s.index(2 * C + 1 + dyn).permute((1, 0)), s_lat, is_async=True)
-    s_rope = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    s_rope = warpgroup_mma(qr_s, kr_s.index(2 * C + i % 2).permute((1, 0)), s_rope, use_acc=False, is_async=True)
     s_lat, s_rope = warpgroup_mma_wait(num_outstanding=0, deps=(s_lat, s_rope))
     s = (s_lat * sc[None, :] + s_rope) * qk_scale
     return gl.where(ok[None, :], s, float("-inf")), sc
