@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: the sparse warp-specialized kernel issuing the rope MMA before
+# One device call (edit per session). This one: the sparse warp-specialized kernel widening 128 columns at a time,
+# each part followed by its MMA (the rope MMA first), against ccb6acc (halves). Before: issuing the rope MMA before
 # widening the latent and the first latent half's MMA while the second half is widened: its gpu tests, then
 # the harness's FP8 sparse rows at 64 and 128 heads.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh

@@ -50,6 +50,7 @@ D_ROPE = gl.constexpr(64)
 COLS = gl.constexpr(256)  # output (and latent) columns per consumer
 BLOCK_M = gl.constexpr(64)
 BLOCK_N = gl.constexpr(32)
+WIDEN_COLS = gl.constexpr(128)  # latent columns widened per step, each followed by its part of the logits' MMAs
 
 
 @gluon.constexpr_function
@@ -122,17 +123,17 @@ def _copy_block(C: gl.constexpr, stage_s, kr_s, sc_s, idx_s, islot, rslot, block
 
 @gluon.constexpr_function
 def _widen_layout():
-    """Widening a `[16, 256]` piece of a staged latent half: 16 values per thread, 16 threads a row."""
-    return gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
+    """Widening a `[16, WIDEN_COLS]` piece of a staged latent: 16 values per thread, 8 threads a row."""
+    return gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])
 
 
 @gluon.jit
-def _widen_half(stage_s, k_s, h: gl.constexpr):
-    """Latent half h (staging and key tiles 2 C and 2 C + 1 are consumer C's), as bf16, exactly; 16 rows at a
-    time (fewer registers held)."""
+def _widen_part(src, dst):
+    """A staged e4m3 latent part `[32, WIDEN_COLS]` as bf16 into its key tile part, exactly; 16 rows at a time
+    (fewer registers held)."""
     for r in gl.static_range(BLOCK_N // 16):
-        x = stage_s.index(h).slice(16 * r, 16, dim=0).load(_widen_layout())
-        k_s.index(h).slice(16 * r, 16, dim=0).store(gl.inline_asm_elementwise(
+        x = src.slice(16 * r, 16, dim=0).load(_widen_layout())
+        dst.slice(16 * r, 16, dim=0).store(gl.inline_asm_elementwise(
             E4M3X4_TO_BF16_ASM, "=r,=r,r", [x.to(gl.uint8, bitcast=True)], dtype=gl.bfloat16, is_pure=True, pack=4))
 
 
@@ -157,20 +158,21 @@ def _take_block(C: gl.constexpr, i, q_s, qr_s, k_s, kr_s, stage_s, sc_s, idx_s, 
     s_rope = warpgroup_mma(qr_s, kr_s.index(2 * C + i % 2 + opaque_zero(i)).permute((1, 0)), s_rope, use_acc=False,
                            is_async=True)
     mbarrier.wait(k_free, (i & 1) ^ 1)
-    _widen_half(stage_s, k_s, 2 * C)
-    fence_async_shared()
-    gl.thread_barrier()
-    dyn = opaque_zero(i)
     s_lat = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    s_lat = warpgroup_mma(q_s.index(dyn), k_s.index(2 * C + dyn).permute((1, 0)), s_lat, use_acc=False,
-                          is_async=True)
-    _widen_half(stage_s, k_s, 2 * C + 1)
-    _, ok = _block_rows(idx_s, 2 * C + i % 2, block, count, pool_rows, col_layout)
-    sc = sc_s.index(C).load(col_layout)
-    fence_async_shared()
-    gl.thread_barrier()  # the staging, scale and entry slots are read: the next copies may overwrite them
-    dyn = opaque_zero(i)
-    s_lat = warpgroup_mma(q_s.index(1 + dyn), k_s.index(2 * C + 1 + dyn).permute((1, 0)), s_lat, is_async=True)
+    for part in gl.static_range(D_LAT // WIDEN_COLS):
+        _widen_part(stage_s.index(2 * C + part * WIDEN_COLS // COLS).slice(part * WIDEN_COLS % COLS, WIDEN_COLS, dim=1),
+                    k_s.index(2 * C + part * WIDEN_COLS // COLS).slice(part * WIDEN_COLS % COLS, WIDEN_COLS, dim=1))
+        if part == D_LAT // WIDEN_COLS - 1:
+            _, ok = _block_rows(idx_s, 2 * C + i % 2, block, count, pool_rows, col_layout)
+            sc = sc_s.index(C).load(col_layout)
+        fence_async_shared()
+        gl.thread_barrier()  # (last part: the staging, scale and entry slots are read, the next copies may go)
+        dyn = opaque_zero(i)
+        s_lat = warpgroup_mma(
+            q_s.index(part * WIDEN_COLS // COLS + dyn).slice(part * WIDEN_COLS % COLS, WIDEN_COLS, dim=1),
+            k_s.index(2 * C + part * WIDEN_COLS // COLS + dyn).slice(part * WIDEN_COLS % COLS, WIDEN_COLS,
+                                                                   dim=1).permute((1, 0)),
+            s_lat, use_acc=part > 0, is_async=True)
     _copy_block(C, stage_s, kr_s, sc_s, idx_s, 2 * C + (i + 1) % 2, 2 * C + (i + 1) % 2, nxt, count_nxt, pool_rows,
                 lat_ptr, rope_ptr, sc_ptr, stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s,
                 PAGE_SIZE)
