@@ -14,9 +14,11 @@ mbarriers).
 Gathers. Consumer c gathers its own blocks (a for 0, b for 1) with `cp.async` (no registers held): the e4m3
 latent into a staging slot, the rope columns straight into one of the consumer's two rope slots, the rows'
 scales beside them, and the index entries of its block after next into a small index ring, so no global load
-sits on the critical path. At the top of a pair the consumer waits for its block, widens the staged latent to
-bf16 (exactly: `pagedmla.kernels.fp8`'s conversion) into its key slot, which the other consumer's P @ V reads,
-and issues its next block's copies into the freed staging slot. Entries that are -1, outside the pool or past
+sits on the critical path. At the top of a pair the consumer waits for its block, issues the rope columns'
+MMA, widens the staged latent to bf16 (exactly: `pagedmla.kernels.fp8`'s conversion) into its key slot, which
+the other consumer's P @ V reads, one 256-column half at a time (the first half's MMA runs while the second is
+widened: 282.0 -> 260.9 us at the V3.2 shape; 128-column parts, with twice the barriers, took 286.3), and
+issues its next block's copies into the freed staging slot. Entries that are -1, outside the pool or past
 `topk_lengths[b]` copy as zero rows and are masked in S. The row's scale multiplies the latent logits and P's
 column (V is the raw latent). Shared memory: q 72 KB, two bf16 key slots 64 KB, four rope slots 16 KB, two P
 tiles 8 KB, two staging slots 32 KB: one program per SM.
@@ -50,7 +52,6 @@ D_ROPE = gl.constexpr(64)
 COLS = gl.constexpr(256)  # output (and latent) columns per consumer
 BLOCK_M = gl.constexpr(64)
 BLOCK_N = gl.constexpr(32)
-WIDEN_COLS = gl.constexpr(128)  # latent columns widened per step, each followed by its part of the logits' MMAs
 
 
 @gluon.constexpr_function
@@ -123,17 +124,17 @@ def _copy_block(C: gl.constexpr, stage_s, kr_s, sc_s, idx_s, islot, rslot, block
 
 @gluon.constexpr_function
 def _widen_layout():
-    """Widening a `[16, WIDEN_COLS]` piece of a staged latent: 16 values per thread, 8 threads a row."""
-    return gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])
+    """Widening a `[16, 256]` piece of a staged latent half: 16 values per thread, 16 threads a row."""
+    return gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
 
 
 @gluon.jit
-def _widen_part(src, dst):
-    """A staged e4m3 latent part `[32, WIDEN_COLS]` as bf16 into its key tile part, exactly; 16 rows at a time
-    (fewer registers held)."""
+def _widen_half(stage_s, k_s, h: gl.constexpr):
+    """Latent half h (staging and key tiles 2 C and 2 C + 1 are consumer C's), as bf16, exactly; 16 rows at a
+    time (fewer registers held)."""
     for r in gl.static_range(BLOCK_N // 16):
-        x = src.slice(16 * r, 16, dim=0).load(_widen_layout())
-        dst.slice(16 * r, 16, dim=0).store(gl.inline_asm_elementwise(
+        x = stage_s.index(h).slice(16 * r, 16, dim=0).load(_widen_layout())
+        k_s.index(h).slice(16 * r, 16, dim=0).store(gl.inline_asm_elementwise(
             E4M3X4_TO_BF16_ASM, "=r,=r,r", [x.to(gl.uint8, bitcast=True)], dtype=gl.bfloat16, is_pure=True, pack=4))
 
 
@@ -158,21 +159,20 @@ def _take_block(C: gl.constexpr, i, q_s, qr_s, k_s, kr_s, stage_s, sc_s, idx_s, 
     s_rope = warpgroup_mma(qr_s, kr_s.index(2 * C + i % 2 + opaque_zero(i)).permute((1, 0)), s_rope, use_acc=False,
                            is_async=True)
     mbarrier.wait(k_free, (i & 1) ^ 1)
+    _widen_half(stage_s, k_s, 2 * C)
+    fence_async_shared()
+    gl.thread_barrier()
+    dyn = opaque_zero(i)
     s_lat = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    for part in gl.static_range(D_LAT // WIDEN_COLS):
-        _widen_part(stage_s.index(2 * C + part * WIDEN_COLS // COLS).slice(part * WIDEN_COLS % COLS, WIDEN_COLS, dim=1),
-                    k_s.index(2 * C + part * WIDEN_COLS // COLS).slice(part * WIDEN_COLS % COLS, WIDEN_COLS, dim=1))
-        if part == D_LAT // WIDEN_COLS - 1:
-            _, ok = _block_rows(idx_s, 2 * C + i % 2, block, count, pool_rows, col_layout)
-            sc = sc_s.index(C).load(col_layout)
-        fence_async_shared()
-        gl.thread_barrier()  # (last part: the staging, scale and entry slots are read, the next copies may go)
-        dyn = opaque_zero(i)
-        s_lat = warpgroup_mma(
-            q_s.index(part * WIDEN_COLS // COLS + dyn).slice(part * WIDEN_COLS % COLS, WIDEN_COLS, dim=1),
-            k_s.index(2 * C + part * WIDEN_COLS // COLS + dyn).slice(part * WIDEN_COLS % COLS, WIDEN_COLS,
-                                                                   dim=1).permute((1, 0)),
-            s_lat, use_acc=part > 0, is_async=True)
+    s_lat = warpgroup_mma(q_s.index(dyn), k_s.index(2 * C + dyn).permute((1, 0)), s_lat, use_acc=False,
+                          is_async=True)
+    _widen_half(stage_s, k_s, 2 * C + 1)
+    _, ok = _block_rows(idx_s, 2 * C + i % 2, block, count, pool_rows, col_layout)
+    sc = sc_s.index(C).load(col_layout)
+    fence_async_shared()
+    gl.thread_barrier()  # the staging, scale and entry slots are read: the next copies may overwrite them
+    dyn = opaque_zero(i)
+    s_lat = warpgroup_mma(q_s.index(1 + dyn), k_s.index(2 * C + 1 + dyn).permute((1, 0)), s_lat, is_async=True)
     _copy_block(C, stage_s, kr_s, sc_s, idx_s, 2 * C + (i + 1) % 2, 2 * C + (i + 1) % 2, nxt, count_nxt, pool_rows,
                 lat_ptr, rope_ptr, sc_ptr, stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s,
                 PAGE_SIZE)
