@@ -717,60 +717,6 @@ def test_sparse_ring_heuristic():
     assert heuristic(rows_per_group=16, num_groups=128, **{**kw, "ring": False}).ring_slots == 0
 
 
-@pytest.mark.gpu
-def test_gpu_sparse_ring_cuda_graph_replay(call_counter):
-    """A captured 16-head sparse decode (ring kernel, split index rows and their combine) replays with new queries,
-    indices, top-k lengths and cache contents, matching the reference each time."""
-    from pagedmla.ops import _triton_sparse_decode
-
-    dev = torch.device("cuda")
-    steps = [([900, 400], [1, 2], [700, 300]), ([300, 1200], [2, 1], [256, 1100]), ([64, 64], [1, 2], [0, 64])]
-    rows, heads, topk = 3, 16, 1200
-    gen = torch.Generator().manual_seed(9)
-    first = make_paged_batch(steps[0][0], steps[0][1], head_size=576, page_size=64, seed=9, spare_blocks=30,
-                             dtype=torch.bfloat16)
-    kv = first.kv.replace(blocks=first.kv.blocks.to(dev), cache_lengths=first.kv.cache_lengths.to(dev),
-                          lookup_table=first.kv.lookup_table.to(dev))
-    offsets = first.input_row_offsets.to(dev)
-    q = torch.zeros(rows, heads, 576, dtype=torch.bfloat16, device=dev)
-    idx = torch.full((rows, topk), -1, dtype=I32, device=dev)
-    lengths = torch.zeros(2, dtype=I32, device=dev)
-    out = torch.empty(rows, heads, 512, dtype=torch.bfloat16, device=dev)
-    call = {"mask": "null", "indices": idx, "topk_lengths": lengths, "output": out, "qk_rope_head_dim": 64,
-            "return_lse": True, "backend": "triton"}
-    launches = call_counter(_triton_sparse_decode, "_launch_ring")
-    pm.mla_decode_kv_cache_ragged(q, offsets, kv, 0, 0.1, **call)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        _, lse = pm.mla_decode_kv_cache_ragged(q, offsets, kv, 0, 0.1, **call)
-    for i, (cache, new, lens) in enumerate(steps):
-        pb = make_paged_batch(cache, new, head_size=576, page_size=64, seed=10 + i, spare_blocks=2,
-                              dtype=torch.bfloat16)
-        assert pb.kv.blocks.shape[0] <= kv.blocks.shape[0]
-        kv.blocks.fill_(float("nan"))
-        kv.blocks[: pb.kv.blocks.shape[0]].copy_(pb.kv.blocks)
-        offsets.copy_(pb.input_row_offsets)
-        step_idx = _index_rows(pb, topk, lens, gen)
-        idx.copy_(step_idx)
-        lengths.copy_(torch.tensor(lens, dtype=I32))
-        q_step = torch.randn(rows, heads, 576, generator=gen).bfloat16()
-        q.copy_(q_step)
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        kw = {"mask": "null", "indices": step_idx, "topk_lengths": torch.tensor(lens, dtype=I32), "q_scale": None,
-              "per_token_scale_rope_aware": False, "qk_rope_head_dim": 64}
-        want, want_lse = _reference32(q_step, pb.input_row_offsets, pb.kv, 0, 0.1, kw)
-        low, low_lse = _lowprec(q_step, None, pb.kv, 0, step_idx, lens, {"offsets": pb.input_row_offsets.tolist()},
-                                0.1, None, 512, False, 64)
-        eps = _bf16_eps(want, [pb.kv], False, 64)
-        assert_close_to_reference(out.float().cpu(), want, _envelope(low, want, -1), eps=eps, name=f"step {i}")
-        assert_close_to_reference(lse.cpu(), want_lse, _envelope(low_lse, want_lse, -1), eps=1e-4,
-                                  name=f"lse step {i}")
-    assert launches[0] == 2  # the warm-up call and the capture; replays launch nothing from the host
-
-
 # ---- the warp-specialized Gluon kernel (64-row tiles, rope-aware FP8 row, bf16 q; Hopper) ----
 
 WS_CASES = [
@@ -949,24 +895,26 @@ def test_sparse_ws_heuristic():
 
 
 @pytest.mark.gpu
-def test_gpu_sparse_ws_cuda_graph_replay(call_counter):
-    """A captured 64-head sparse decode over the rope-aware FP8 row (warp-specialized kernel, split index rows and
-    their combine) replays with new queries, indices, top-k lengths, cache rows and scales, matching the reference
-    each time."""
+@pytest.mark.parametrize("kernel", ["ring", "ws"])
+def test_gpu_sparse_gluon_cuda_graph_replay(kernel, call_counter):
+    """A captured sparse decode on a Gluon kernel (the ring kernel at 16 heads of a bf16 cache, the
+    warp-specialized one at 64 heads of the rope-aware FP8 row; split index rows and their combine) replays with
+    new queries, indices, top-k lengths and cache contents (and FP8 scales), matching the reference each time."""
     from pagedmla.ops import _triton_sparse_decode
 
+    fp8 = kernel == "ws"
     dev = torch.device("cuda")
     steps = [([900, 400], [1, 2], [700, 300]), ([300, 1200], [2, 1], [256, 1100]), ([64, 64], [1, 2], [0, 64])]
-    rows, heads, topk = 3, 64, 1200
+    rows, heads, topk = 3, 64 if fp8 else 16, 1200
 
     def batch(cache, new, seed, spare):
         pb = make_paged_batch(cache, new, head_size=576, page_size=64, seed=seed, spare_blocks=spare,
-                              dtype=torch.float32)
-        return pb, pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64)
+                              dtype=torch.float32 if fp8 else torch.bfloat16)
+        return pb, pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64) if fp8 else pb.kv
 
     gen = torch.Generator().manual_seed(9)
     first, first_kv = batch(steps[0][0], steps[0][1], 9, 30)
-    kv = first_kv.replace(blocks=first_kv.blocks.to(dev), scales=first_kv.scales.to(dev),
+    kv = first_kv.replace(blocks=first_kv.blocks.to(dev), scales=first_kv.scales.to(dev) if fp8 else None,
                           cache_lengths=first_kv.cache_lengths.to(dev), lookup_table=first_kv.lookup_table.to(dev))
     offsets = first.input_row_offsets.to(dev)
     q = torch.zeros(rows, heads, 576, dtype=torch.bfloat16, device=dev)
@@ -974,8 +922,8 @@ def test_gpu_sparse_ws_cuda_graph_replay(call_counter):
     lengths = torch.zeros(2, dtype=I32, device=dev)
     out = torch.empty(rows, heads, 512, dtype=torch.bfloat16, device=dev)
     call = {"mask": "null", "indices": idx, "topk_lengths": lengths, "output": out, "qk_rope_head_dim": 64,
-            "per_token_scale_rope_aware": True, "return_lse": True, "backend": "triton"}
-    launches = call_counter(_triton_sparse_decode, "_launch_ws")
+            "per_token_scale_rope_aware": fp8, "return_lse": True, "backend": "triton"}
+    launches = call_counter(_triton_sparse_decode, "_launch_ws" if fp8 else "_launch_ring")
     pm.mla_decode_kv_cache_ragged(q, offsets, kv, 0, 0.1, **call)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -985,26 +933,31 @@ def test_gpu_sparse_ws_cuda_graph_replay(call_counter):
         pb, step_kv = batch(cache, new, 10 + i, 2)
         n = step_kv.blocks.shape[0]
         assert n <= kv.blocks.shape[0]
-        kv.blocks.view(torch.uint8).fill_(0x7F)  # e4m3 NaN in every row the step does not use
-        kv.scales.fill_(float("nan"))
+        if fp8:
+            kv.blocks.view(torch.uint8).fill_(0x7F)  # e4m3 NaN in every row the step does not use
+            kv.scales.fill_(float("nan"))
+            kv.scales[:n].copy_(step_kv.scales)
+        else:
+            kv.blocks.fill_(float("nan"))
         kv.blocks[:n].copy_(step_kv.blocks)
-        kv.scales[:n].copy_(step_kv.scales)
         offsets.copy_(pb.input_row_offsets)
         step_idx = _index_rows(pb, topk, lens, gen)
         idx.copy_(step_idx)
         lengths.copy_(torch.tensor(lens, dtype=I32))
-        q_step = (torch.randn(rows, heads, 576, generator=gen) * 0.5).bfloat16()
+        q_step = (torch.randn(rows, heads, 576, generator=gen) * (0.5 if fp8 else 1.0)).bfloat16()
         q.copy_(q_step)
         out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
         kw = {"mask": "null", "indices": step_idx, "topk_lengths": torch.tensor(lens, dtype=I32), "q_scale": None,
-              "per_token_scale_rope_aware": True, "qk_rope_head_dim": 64}
+              "per_token_scale_rope_aware": fp8, "qk_rope_head_dim": 64}
         want, want_lse = _reference32(q_step, pb.input_row_offsets, step_kv, 0, 0.1, kw)
         low, low_lse = _lowprec(q_step, None, step_kv, 0, step_idx, lens, {"offsets": pb.input_row_offsets.tolist()},
-                                0.1, None, 512, True, 64)
-        eps = _bf16_eps(want, [step_kv], True, 64)
+                                0.1, None, 512, fp8, 64)
+        eps = _bf16_eps(want, [step_kv], fp8, 64)
         assert_close_to_reference(out.float().cpu(), want, _envelope(low, want, -1), eps=eps, name=f"step {i}")
         assert_close_to_reference(lse.cpu(), want_lse, _envelope(low_lse, want_lse, -1), eps=1e-4,
                                   name=f"lse step {i}")
     assert launches[0] == 2  # the warm-up call and the capture; replays launch nothing from the host
+
+
