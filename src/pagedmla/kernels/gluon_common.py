@@ -6,6 +6,12 @@ from triton.experimental.gluon import language as gl
 
 LOG2E = gl.constexpr(1.4426950408889634)
 LN2 = gl.constexpr(0.6931471805599453)
+# the 64-row decode kernels (`mla_decode_ws`, `mla_sparse_decode_ws`): DeepSeek's latent and rope columns, the
+# output (and latent) columns each of the two consumer warpgroups owns, and the rows of a tile (64 heads)
+D_LAT = gl.constexpr(512)
+D_ROPE = gl.constexpr(64)
+COLS = gl.constexpr(256)
+BLOCK_M = gl.constexpr(64)
 
 
 @gluon.constexpr_function

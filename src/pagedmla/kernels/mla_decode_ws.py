@@ -36,12 +36,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .gluon_common import LN2, LOG2E, mma_layout, opaque_zero
+from .gluon_common import BLOCK_M, COLS, D_LAT, D_ROPE, LN2, LOG2E, mma_layout, opaque_zero
 
-D_LAT = gl.constexpr(512)
-D_ROPE = gl.constexpr(64)
-COLS = gl.constexpr(256)  # output (and latent) columns per consumer
-BLOCK_M = gl.constexpr(64)
 BLOCK_N = gl.constexpr(64)
 
 

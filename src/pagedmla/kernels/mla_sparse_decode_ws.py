@@ -44,13 +44,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from .fp8 import E4M3X4_TO_BF16_ASM
-from .gluon_common import LN2, LOG2E, mma_layout, opaque_zero
-from .mla_sparse_decode_ring import _row_offset, _sequence_of
+from .gluon_common import BLOCK_M, COLS, D_LAT, D_ROPE, LN2, LOG2E, mma_layout, opaque_zero
+from .mla_sparse_decode_ring import _idx_copy, _rope_copy, _row_offset, _sequence_of, _smem8
 
-D_LAT = gl.constexpr(512)
-D_ROPE = gl.constexpr(64)
-COLS = gl.constexpr(256)  # output (and latent) columns per consumer
-BLOCK_M = gl.constexpr(64)
 BLOCK_N = gl.constexpr(32)
 
 
@@ -58,24 +54,6 @@ BLOCK_N = gl.constexpr(32)
 def _half_copy():
     """Copies (and widening) of half a block's e4m3 latent `[32, 256]`: 16 bytes per thread, 16 threads a row."""
     return gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
-
-
-@gluon.constexpr_function
-def _rope_copy():
-    """Copies of a block's rope columns `[32, 64]` bf16: 16 bytes per thread."""
-    return gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-
-
-@gluon.constexpr_function
-def _entry_copy():
-    """A block's 32 index entries or scales (the four warps copy the same ones)."""
-    return gl.BlockedLayout([1], [32], [4], [0])
-
-
-@gluon.constexpr_function
-def _stage_layout():
-    """The e4m3 staging tiles: 16-byte vectors, swizzled against bank conflicts."""
-    return gl.SwizzledSharedLayout(vec=16, per_phase=1, max_phase=8, order=[1, 0])
 
 
 @gluon.jit
@@ -92,7 +70,7 @@ def _block_rows(idx_s, slot, block, count, pool_rows, layout: gl.constexpr):
 def _copy_entries(idx_s, slot, idx_row, stride_idx_k, block, count):
     """Asynchronous copy of index block `block`'s entries into index-ring slot `slot` (entries at or past
     `count` are not read)."""
-    keys = block * BLOCK_N + gl.arange(0, BLOCK_N, _entry_copy())
+    keys = block * BLOCK_N + gl.arange(0, BLOCK_N, _idx_copy())
     async_copy.async_copy_global_to_shared(idx_s.index(slot), idx_row + keys.to(gl.int64) * stride_idx_k,
                                            mask=keys < count)
 
@@ -117,7 +95,7 @@ def _copy_block(C: gl.constexpr, stage_s, kr_s, sc_s, idx_s, islot, rslot, block
     cols_r = gl.arange(0, D_ROPE, gl.SliceLayout(0, r_layout))
     async_copy.async_copy_global_to_shared(kr_s.index(rslot), rope_ptr + off_r[:, None] + cols_r[None, :],
                                            mask=ok_r[:, None])
-    rows_s, ok_s = _block_rows(idx_s, islot, block, count, pool_rows, _entry_copy())
+    rows_s, ok_s = _block_rows(idx_s, islot, block, count, pool_rows, _idx_copy())
     async_copy.async_copy_global_to_shared(
         sc_s.index(C), sc_ptr + _row_offset(rows_s, 0, stride_s_b, stride_s_s, PAGE_SIZE), mask=ok_s)
 
@@ -231,7 +209,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, q_s, qr_s, k_s, kr_s, p_s, stage
         tma.async_copy_global_to_shared(qr_desc, [q_row, D_LAT], q_ready, qr_s)
     # the prologue: this consumer's first block (its entries loaded now), and the entries of its second
     first = lo + C
-    keys = first * BLOCK_N + gl.arange(0, BLOCK_N, _entry_copy())
+    keys = first * BLOCK_N + gl.arange(0, BLOCK_N, _idx_copy())
     first_n = gl.where(first < hi, count, 0)
     idx_s.index(2 * C).store(gl.load(idx_row + keys.to(gl.int64) * stride_idx_k, mask=keys < first_n, other=-1))
     gl.thread_barrier()
@@ -393,7 +371,7 @@ def _mla_sparse_decode_ws_kernel(
     k_s = gl.allocate_shared_memory(gl.bfloat16, [4, BLOCK_N, COLS], k_layout)
     kr_s = gl.allocate_shared_memory(gl.bfloat16, [4, BLOCK_N, D_ROPE], kr_layout)
     p_s = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_M, BLOCK_N], p_layout)
-    stage_s = gl.allocate_shared_memory(gl.float8e4nv, [4, BLOCK_N, COLS], _stage_layout())
+    stage_s = gl.allocate_shared_memory(gl.float8e4nv, [4, BLOCK_N, COLS], _smem8())
     flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     sc_s = gl.allocate_shared_memory(gl.float32, [2, BLOCK_N], flat)
     idx_s = gl.allocate_shared_memory(gl.int32, [4, BLOCK_N], flat)
