@@ -321,6 +321,27 @@ def test_rms_norm(page_size, cols):
     _check_blocks(pb.kv.blocks, ref.blocks)
 
 
+def test_rms_norm_grid_is_one_dimensional(monkeypatch):
+    """A batch past CUDA's 65535 limit of the grid's y axis still launches: one program per (sequence, tile of
+    its rows) on the x axis (the kernel is recorded, not run)."""
+    from pagedmla.ops import _triton_cache_write as cw
+
+    grids = []
+
+    class _Record:
+        def __getitem__(self, grid):
+            grids.append(grid)
+            return lambda *args, **kwargs: None
+    monkeypatch.setattr(cw, "_rms_norm_cache_kernel", _Record())
+    batch = 70_000
+    blocks = torch.empty(4, 1, 1, 16, 1, 576)
+    cw.rms_norm_key_cache(blocks, torch.zeros(batch, dtype=torch.int32), torch.zeros(batch, 1, dtype=torch.int32),
+                          torch.ones(512), torch.arange(batch + 1, dtype=torch.int32), 0, 1e-6, 5,
+                          config=cw.row_heuristic())
+    block_rows = cw.row_heuristic().block_rows
+    assert grids == [(batch * -(-5 // block_rows),)]
+
+
 def test_rms_norm_bf16_unknown_max_seq_length():
     """max_seq_length left to the op (read from the offsets), bf16 cache and gamma."""
     pb = _batch(16, dtype=torch.bfloat16, fill_new_tokens=True)

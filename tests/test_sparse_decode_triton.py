@@ -632,6 +632,7 @@ def test_sparse_ring_dispatch_rules(monkeypatch):
     assert sd.sparse_ring_ready(q, fp8, out, scales, None, **rope)
     assert not sd.sparse_ring_ready(q.half(), fp8, out.half(), scales, None, **rope)
     assert not sd.sparse_ring_ready(q, fp8, out, None, None, **rope)
+    assert not sd.sparse_ring_ready(q, fp8, out, scales.double(), None, **rope)
     assert not sd.sparse_ring_ready(q, fp8, out, scales, None, **base)
     assert not sd.sparse_ring_ready(q, fp8[..., :576], out, scales, None, **rope)
     # FP8 rows 656 bytes apart: the rope part's bf16 view has a stride of 328 elements, not a multiple of 16
@@ -854,6 +855,7 @@ def test_sparse_ws_dispatch_rules(monkeypatch):
     assert not sd.sparse_ws_ready(q[:, :64], fp8, out[:, :64], scales, None, **base)
     assert not sd.sparse_ws_ready(q, fp8, out, scales, None, rope_aware=True, has_extra=True)
     assert not sd.sparse_ws_ready(q, fp8, out, None, None, **base)
+    assert not sd.sparse_ws_ready(q, fp8, out, scales.double(), None, **base)
     assert not sd.sparse_ws_ready(q, fp8, out, scales, torch.ones(3), **base)
     assert not sd.sparse_ws_ready(q, fp8, out.half(), scales, None, **base)
     assert not sd.sparse_ws_ready(q.half(), fp8, out, scales, None, **base)

@@ -403,16 +403,20 @@ def _matmul_to_cache_stream_kernel(
                              BLOCK_M, BLOCK_N, BN2, BLOCK_K, USE_TMA, IEEE, INTERPRET)
 
 
-@triton.jit
+# num_tiles follows each call's longest sequence: not specialized, so a value of 1 (decode) does not compile a
+# second kernel in the middle of serving or inside a CUDA-graph capture
+@triton.jit(do_not_specialize=["num_tiles"])
 def _rms_norm_cache_kernel(
     blocks_ptr, gamma_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr,
-    layer_idx, page_size, eps,
+    layer_idx, page_size, eps, num_tiles,
     stride_lt_b, stride_blk_b, stride_blk_l, stride_blk_s,
     COLS: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_T: tl.constexpr,
 ):
-    """Program (tile of tokens t, sequence b): `x <- x * rsqrt(mean(x^2) + eps) * gamma` on columns [0, COLS)."""
-    b = tl.program_id(1)
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    """Program (sequence b, tile of its tokens t), `b * num_tiles + t` on a 1-D grid:
+    `x <- x * rsqrt(mean(x^2) + eps) * gamma` on columns [0, COLS)."""
+    pid = tl.program_id(0)
+    b = pid // num_tiles
+    t = pid % num_tiles * BLOCK_T + tl.arange(0, BLOCK_T)
     start = tl.load(offsets_ptr + b)
     t_ok = t < tl.load(offsets_ptr + b + 1) - start
     pos = tl.load(cache_lengths_ptr + b) + t

@@ -158,16 +158,18 @@ def kv_matmul_ragged_paged(hidden_state, input_row_offsets, weight, blocks, cach
 
 def rms_norm_key_cache(blocks, cache_lengths, lookup_table, gamma, input_row_offsets, layer_idx: int, eps: float,
                        max_seq_length: int, config: RowConfig | None = None) -> None:
-    """In place: RMS norm of columns [0, len(gamma)) of the new tokens' K rows; grid (max n_b, B), no sync."""
+    """In place: RMS norm of columns [0, len(gamma)) of the new tokens' K rows; one program per (sequence, tile
+    of its rows) on a 1-D grid (CUDA's y and z axes stop at 65535: a batch on y would fail to launch past that),
+    no sync."""
     batch = cache_lengths.shape[0]
     if batch == 0 or max_seq_length == 0:
         return
     cfg = config or row_heuristic(interpret=interpreter_enabled())
     cols = gamma.shape[0]
-    grid = (triton.cdiv(max_seq_length, cfg.block_rows), batch)
-    _rms_norm_cache_kernel[grid](
+    num_tiles = triton.cdiv(max_seq_length, cfg.block_rows)
+    _rms_norm_cache_kernel[(batch * num_tiles,)](
         blocks, gamma, input_row_offsets, cache_lengths, lookup_table,
-        layer_idx, blocks.shape[3], eps,
+        layer_idx, blocks.shape[3], eps, num_tiles,
         lookup_table.stride(0), blocks.stride(0), blocks.stride(2), blocks.stride(3),
         COLS=cols, BLOCK_C=triton.next_power_of_2(cols), BLOCK_T=cfg.block_rows, num_warps=cfg.num_warps,
     )

@@ -84,11 +84,12 @@ def _stream(blocks, scales, granularity: int, kv_lora_rank: int, rope_dim: int, 
 def sparse_ring_ready(q, blocks, out, scales, q_scale, *, rope_aware: bool, fold: bool, has_extra: bool) -> bool:
     """Whether the Gluon ring kernel (`kernels.mla_sparse_decode_ring`) can take this call: Triton 3.6 on a Hopper
     GPU; q and cache both bf16 or both fp16 without scales, or a bf16 q with the rope-aware FP8 cache (its
-    scales contiguous); DeepSeek's 512 + 64 dims; at most 16 heads; one query token per index row (no
+    scales float32 and contiguous); DeepSeek's 512 + 64 dims; at most 16 heads; one query token per index row (no
     fold_shared_index); no extra stream; unit last strides; a 16-byte aligned cache whose page, layer and slot
     strides are multiples of 32 bytes (the copies are 16 bytes wide, and the compiler knows a stride's alignment
     only from its value's divisibility by 16 elements: 2-byte elements, or the rope-aware row's bf16 view)."""
-    scales_ok = scales is not None and scales.stride(-1) == 1 if rope_aware else scales is None
+    scales_ok = (scales is not None and scales.dtype == torch.float32 and scales.stride(-1) == 1 if rope_aware
+                 else scales is None)
     return (_RING_AVAILABLE and is_hopper(q.device) and q_scale is None and not fold and not has_extra and scales_ok
             and ring_dtypes_ok(q.dtype, blocks.dtype, blocks.shape[-1], rope_aware) and q.shape[1] <= 16
             and q.shape[-1] == 576 and out.shape[-1] == 512 and ring_layout_ok(q, blocks, out))
@@ -96,7 +97,7 @@ def sparse_ring_ready(q, blocks, out, scales, q_scale, *, rope_aware: bool, fold
 
 def sparse_ws_ready(q, blocks, out, scales, q_scale, *, rope_aware: bool, has_extra: bool) -> bool:
     """Whether the warp-specialized Gluon kernel (`kernels.mla_sparse_decode_ws`) can take this call: Triton 3.6
-    on a Hopper GPU; a bf16 q (no q_scale) with the rope-aware FP8 cache (its scales contiguous); DeepSeek's
+    on a Hopper GPU; a bf16 q (no q_scale) with the rope-aware FP8 cache (its scales float32); DeepSeek's
     512 + 64 dims; a multiple of 64 heads; a bf16 output; no extra stream; q readable by TMA as `[T * H, 576]`
     rows; the ring kernels' cache layout (16-byte copies)."""
     return (_RING_AVAILABLE and rope_aware and is_hopper(q.device) and q_scale is None and not has_extra
