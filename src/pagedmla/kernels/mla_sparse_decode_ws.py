@@ -52,7 +52,7 @@ BLOCK_N = gl.constexpr(32)
 
 @gluon.constexpr_function
 def _half_copy():
-    """Copies (and widening) of half a block's e4m3 latent `[32, 256]`: 16 bytes per thread, 16 threads a row."""
+    """Copies of half a block's e4m3 latent `[32, 256]`: 16 bytes per thread, 16 threads a row."""
     return gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
 
 
