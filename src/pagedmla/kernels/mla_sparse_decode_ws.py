@@ -52,7 +52,8 @@ BLOCK_N = gl.constexpr(32)
 
 @gluon.constexpr_function
 def _half_copy():
-    """Copies of half a block's e4m3 latent `[32, 256]`: 16 bytes per thread, 16 threads a row."""
+    """Copies of half a block's e4m3 latent `[32, 256]` (and its widening, 16 rows at a time): 16 bytes per
+    thread, 16 threads a row."""
     return gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
 
 
@@ -100,18 +101,12 @@ def _copy_block(C: gl.constexpr, stage_s, kr_s, sc_s, idx_s, islot, rslot, block
         sc_s.index(C), sc_ptr + _row_offset(rows_s, 0, stride_s_b, stride_s_s, PAGE_SIZE), mask=ok_s)
 
 
-@gluon.constexpr_function
-def _widen_layout():
-    """Widening a `[16, 256]` piece of a staged latent half: 16 values per thread, 16 threads a row."""
-    return gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
-
-
 @gluon.jit
 def _widen_half(stage_s, k_s, h: gl.constexpr):
     """Latent half h (staging and key tiles 2 C and 2 C + 1 are consumer C's), as bf16, exactly; 16 rows at a
     time (fewer registers held)."""
     for r in gl.static_range(BLOCK_N // 16):
-        x = stage_s.index(h).slice(16 * r, 16, dim=0).load(_widen_layout())
+        x = stage_s.index(h).slice(16 * r, 16, dim=0).load(_half_copy())
         k_s.index(h).slice(16 * r, 16, dim=0).store(gl.inline_asm_elementwise(
             E4M3X4_TO_BF16_ASM, "=r,=r,r", [x.to(gl.uint8, bitcast=True)], dtype=gl.bfloat16, is_pure=True, pack=4))
 
