@@ -26,7 +26,7 @@ import triton.language as tl
 from triton.errors import TritonError
 
 import pagedmla as pm
-from pagedmla.configs.decode import CombineConfig, DecodeConfig, heuristic, search_space
+from pagedmla.configs.decode import CombineConfig, DecodeConfig, combine_heuristic, heuristic, search_space
 from pagedmla.ops import _triton_decode
 
 PAGE = 64
@@ -237,7 +237,8 @@ def main() -> None:
     parser.add_argument("--tail-cost", default="",
                         help="with --sweep: comma-separated DecodePlanConfig.tail_cost values to add (default workers)")
     parser.add_argument("--combine", action="append", default=[],
-                        help="with --profile: also profile these combine configs `block_p,block_r,block_dv,warps`")
+                        help="with --profile: also profile and time these combine configs `block_p,block_r,block_dv,warps[,pdl]` "
+                             "or `default[,pdl]` (the heuristic's tiles)")
     parser.add_argument("--ring-plan", action="store_true",
                         help="plan every case as a big batch (`configs.decode.ring_worth_it` forced true): the "
                              "default plan then schedules the ring kernel's two workers per SM")
@@ -305,11 +306,18 @@ def main() -> None:
                 print(f"  profile B{batch} N{keys} H{heads} q{q_len}{' fp8' if fp8 else ''}: {name[:60]} "
                       f"{us / case.copies:.1f} us per call", flush=True)
             for text in args.combine:
-                cc = CombineConfig(*(int(x) for x in text.split(",")))
+                fields = text.split(",")
+                if fields[0] == "default":  # the heuristic's tiles, with pdl as given
+                    cc = combine_heuristic(num_workers=default_plan.num_partitions, batch=batch, kv_lora_rank=512,
+                                           rows=heads * q_len)
+                    cc = dataclasses.replace(cc, pdl=fields[1:] != ["0"])
+                else:
+                    cc = CombineConfig(*(int(x) for x in fields[:4]), *(x != "0" for x in fields[4:]))
                 times = kernel_times(case.run(default_plan, None, cc))
                 us = sum(v for k, v in times.items() if "combine" in k) / case.copies
-                print(f"  profile B{batch} N{keys} H{heads} q{q_len}: combine {text}: {us:.1f} us per call",
-                      flush=True)
+                graph_us = _time_graph(case.run(default_plan, None, cc)) * 1e3 / case.copies
+                print(f"  profile B{batch} N{keys} H{heads} q{q_len}: combine {text}: {us:.1f} us per call, "
+                      f"whole call {graph_us:.1f} us (graph)", flush=True)
         refresh = functools.partial(_triton_decode.refresh_plan, default_plan, case.offsets, case.items[0][0])
         if best is not None:
             # the plan kernel's device time: a graph of one tiny kernel replays as fast as the host launches it

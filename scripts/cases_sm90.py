@@ -179,7 +179,7 @@ def combine(block_p: int, block_r: int, block_dv: int, warps: int):
     from pagedmla.kernels.mla_decode import _mla_decode_combine_kernel
     types = {"out_ptr": "*bf16", "lse_ptr": "*fp32", "offsets_ptr": "*i32", "schedule_ptr": "*i32",
              "sink_ptr": "*fp32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32"}
-    const = dict(BLOCK_R=block_r, BLOCK_DV=block_dv, BLOCK_P=block_p, HAS_SINK=False)
+    const = dict(BLOCK_R=block_r, BLOCK_DV=block_dv, BLOCK_P=block_p, HAS_SINK=False, PDL=True)
     return _mla_decode_combine_kernel, types, const, warps, 1
 
 

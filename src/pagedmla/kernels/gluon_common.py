@@ -26,3 +26,12 @@ def opaque_zero(i):
     the call: an index `k + opaque_zero(i)` keeps the compiler from computing MMA descriptors of constant shared
     tiles ahead of a loop and holding (or spilling) them."""
     return gl.inline_asm_elementwise("shr.s32 $0, $1, 30;", "=r,r", [i], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def launch_dependents(i):
+    """Let the next kernel, when it was launched as a programmatic dependent (the combine), be scheduled once
+    every program of this one has started (it still waits for this kernel's end before reading its results); a
+    no-op otherwise. `i`: any int32 scalar (the instruction needs an operand to hang on)."""
+    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; mov.b32 $0, $1;", "=r,r", [i], dtype=gl.int32,
+                              is_pure=False, pack=1)

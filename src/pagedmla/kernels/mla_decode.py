@@ -38,6 +38,7 @@ Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .common import dot, hide_from_dot_chain, load_or_zero, split_logits, visible_range
 from .fp8 import _dequant, _load_scales, _softmax_update
@@ -406,6 +407,9 @@ def _mla_decode_kernel(
 ):
     """Program (worker w, row tile t): the tile's rows against the keys of w's span, sequence by sequence."""
     pid = tl.program_id(0)
+    if not INTERPRET:
+        # the combine, launched as a programmatic dependent, may be scheduled once every program has started
+        gdc_launch_dependents()
     w = pid // num_tiles
     t = pid % num_tiles
     sched = schedule_ptr + (1 + w) * 4
@@ -528,12 +532,17 @@ def _mla_decode_combine_kernel(
     batch, num_heads, num_workers,
     stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
     BLOCK_R: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_P: tl.constexpr, HAS_SINK: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Program (sequence b, rows block, columns block): merge the pieces of a split sequence by LSE.
 
     Piece 0 is the first worker's slot from the schedule, piece k > 0 is slot `2 * (first + k)` (a later worker
     starts inside b, so b is its first sequence). Sequences done by one worker were written by the main kernel.
+    PDL: launched as a programmatic dependent of the main kernel, so it first waits for that kernel to finish
+    and its writes to be visible.
     """
+    if PDL:
+        gdc_wait()
     b = tl.program_id(0)
     offs_m = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     offs_d = tl.program_id(2) * BLOCK_DV + tl.arange(0, BLOCK_DV)

@@ -36,7 +36,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .gluon_common import BLOCK_M, COLS, D_LAT, D_ROPE, LN2, LOG2E, mma_layout, opaque_zero
+from .gluon_common import BLOCK_M, COLS, D_LAT, D_ROPE, LN2, LOG2E, launch_dependents, mma_layout, opaque_zero
 
 BLOCK_N = gl.constexpr(64)
 
@@ -318,6 +318,7 @@ def _mla_decode_ws_kernel(
     pid = gl.program_id(0)
     w = pid // num_tiles
     t = pid % num_tiles
+    launch_dependents(pid)
 
     q_s = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_M, COLS], q_desc.layout)
     qr_s = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, D_ROPE], qr_desc.layout)

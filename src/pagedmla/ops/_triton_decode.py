@@ -387,12 +387,14 @@ def _launch_combine(out, lse, input_row_offsets, schedule, sink, part_out, part_
                                                         interpret=interpret),
                             max_rows=max_rows, kv_lora_rank=kv_lora_rank)
     grid = (batch, triton.cdiv(max_rows, ccfg.block_r), kv_lora_rank // ccfg.block_dv)
+    # the interpreter has no programmatic dependent launch (nor inline assembly)
+    pdl = ccfg.pdl and not interpret and is_hopper(out.device)
     _mla_decode_combine_kernel[grid](
         out, lse, input_row_offsets, schedule, sink, part_out, part_lse, batch, num_heads, num_workers,
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), part_out.stride(0), part_out.stride(1),
         part_lse.stride(0),
-        BLOCK_R=ccfg.block_r, BLOCK_DV=ccfg.block_dv, BLOCK_P=ccfg.block_p, HAS_SINK=has_sink,
-        num_warps=ccfg.num_warps)
+        BLOCK_R=ccfg.block_r, BLOCK_DV=ccfg.block_dv, BLOCK_P=ccfg.block_p, HAS_SINK=has_sink, PDL=pdl,
+        num_warps=ccfg.num_warps, **({"launch_pdl": True} if pdl else {}))
 
 
 def decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
