@@ -189,16 +189,14 @@ def parse_config(text: str) -> DecodeConfig:
     """`block_m,block_n,warps,stages[,prefetch][,interior][,ws][,r<N>][,ring<N>]`: `prefetch` loads the table
     entries a block ahead, `interior` runs the fully visible key blocks in an unmasked loop of their own, `ws`
     takes the warp-specialized Gluon kernel where it applies, `r<N>` caps the registers per thread at N,
-    `ring<N>` runs the Gluon ring kernel with N slots (`16,32,4,1,ring2` is `configs.decode.RING`), `merge`
-    has it merge split sequences itself (`DecodeConfig.ring_merge`)."""
+    `ring<N>` runs the Gluon ring kernel with N slots (`16,32,4,1,ring2` is `configs.decode.RING`)."""
     parts = text.split(",")
     m, n, w, st = (int(x) for x in parts[:4])
     regs = [int(x[1:]) for x in parts[4:] if x.startswith("r") and x[1:].isdigit()]
     ring = [int(x[4:]) for x in parts[4:] if x.startswith("ring")]
     return DecodeConfig(block_m=m, block_n=n, num_warps=w, num_stages=st, prefetch_table="prefetch" in parts[4:],
                         unmasked_interior="interior" in parts[4:], maxnreg=regs[0] if regs else None,
-                        warp_specialized="ws" in parts[4:], ring_slots=ring[0] if ring else 0,
-                        ring_merge="merge" in parts[4:])
+                        warp_specialized="ws" in parts[4:], ring_slots=ring[0] if ring else 0)
 
 
 def kernel_times(fn, calls: int = 20) -> dict[str, float]:

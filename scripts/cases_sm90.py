@@ -312,23 +312,22 @@ CASES.update({"sparse-ring-s2-fp16-whole": partial(sparse_ring, 2, "fp16", False
               "sparse-ring-s2-fp8": partial(sparse_ring, 2, "fp8"), "sparse-ring-s3-fp8": partial(sparse_ring, 3, "fp8")})
 
 
-def decode_ring(slots: int, dtype: str = "bf16", sink: bool = True, page_size: int = 64, merge: bool = False):
+def decode_ring(slots: int, dtype: str = "bf16", sink: bool = True, page_size: int = 64):
     """The Gluon 16-row dense decode (`kernels.mla_decode_ring`) with a ring of `slots` 32-key blocks: a bf16/fp16
-    cache, or `dtype` "fp8" for the rope-aware FP8 row (bf16 q); `merge`: split sequences merged in the kernel."""
+    cache, or `dtype` "fp8" for the rope-aware FP8 row (bf16 q)."""
     from pagedmla.kernels.mla_decode_ring import _mla_decode_ring_kernel
     fp8 = dtype == "fp8"
     q_type = "*bf16" if fp8 else f"*{dtype}"
     types = {"q_ptr": q_type, "out_ptr": q_type, "rope_ptr": q_type, "blocks_ptr": "*fp8e4nv" if fp8 else q_type}
     types.update({n: "*fp32" for n in ("lse_ptr", "part_out_ptr", "part_lse_ptr", "sink_ptr", "scales_ptr")})
     types.update({n: "*i32" for n in ("offsets_ptr", "cache_lengths_ptr", "lookup_ptr", "schedule_ptr")})
-    const = dict(PAGE_SIZE=page_size, ROPE_OFF=256 if fp8 else 512, HAS_SINK=sink, NUM_SLOTS=slots, MERGE=merge)
+    const = dict(PAGE_SIZE=page_size, ROPE_OFF=256 if fp8 else 512, HAS_SINK=sink, NUM_SLOTS=slots)
     return _mla_decode_ring_kernel, types, const, 4, 1
 
 
 CASES.update({f"decode-ring-s{s}": partial(decode_ring, s) for s in (2, 3)})
 CASES.update({"decode-ring-s2-fp16-p16": partial(decode_ring, 2, "fp16", False, 16),
-              "decode-ring-s2-fp8": partial(decode_ring, 2, "fp8"),
-              "decode-ring-s2-merge": partial(decode_ring, 2, merge=True)})
+              "decode-ring-s2-fp8": partial(decode_ring, 2, "fp8")})
 
 
 def sparse_ws(sink: bool = True, split: bool = True, fold: bool = False):

@@ -1201,43 +1201,6 @@ def test_gpu_ring_depths(kind, slots, fp8_features, call_counter):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["bf16", "fp8"])
-@pytest.mark.parametrize("merge", [True, False], ids=["merge", "combine"])
-@pytest.mark.parametrize("mask,window", [("causal", -1), ("sliding_window_causal", 100)])
-def test_gpu_ring_merge(kind, merge, mask, window, fp8_features, call_counter):
-    """Split sequences merged by their last piece inside the ring kernel (`ring_merge`), or by the combine
-    kernel: the same answers against the reference on schedules of 2 to 130 pieces per sequence (and more
-    workers than key blocks), sinks; two calls on one plan give bit-identical outputs whichever piece arrives
-    last, and leave the arrival counts (column 3 of the sequences' schedule rows) at zero."""
-    launches = call_counter(_triton_decode, "_launch_ring")
-    combines = call_counter(_triton_decode, "_launch_combine")
-    cfg = dataclasses.replace(RING, ring_merge=merge)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    cache, new = [2500, 0, 63, 4000, 129, 9], [1, 1, 1, 1, 0, 1]
-    for parts in (9, 2 * sms, 300):
-        run_ring_case(16, 64, cache, new, kind, mask=mask, window=window, sink=True, parts=parts, config=cfg,
-                      seed=parts)
-    assert launches[0] == 3 and combines[0] == (0 if merge else 3)
-    pb, q = batch(cache, new, heads=16, head_size=576, page_size=64, dtype=torch.bfloat16, seed=3, device="cuda")
-    kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64) if kind == "fp8" else pb.kv
-    plan = pm.mla_decode_plan(pb.input_row_offsets, kv, num_heads=16, num_partitions=2 * sms, backend="triton")
-    outs = []
-    for _ in range(2):
-        out = torch.full((q.shape[0], 16, 512), float("nan"), dtype=q.dtype, device="cuda")
-        lse = torch.full((q.shape[0], 16), float("nan"), device="cuda")
-        _triton_decode.launch_decode(q, pb.input_row_offsets, kv.blocks, kv.cache_lengths, kv.lookup_table, 1,
-                                     SCALE, pm.MASKS[mask], max(window, 0), out, lse, plan.schedule,
-                                     max_seq_length=1, qk_rope_head_dim=64, scales=kv.scales,
-                                     rope_aware=kind == "fp8", config=cfg)
-        outs.append((out, lse))
-    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
-    assert not outs[0][0].isnan().any()
-    batch_size = len(cache)
-    assert int(plan.schedule[1 + plan.num_partitions:, 3].abs().sum()) == 0
-    assert plan.schedule.shape[0] == 1 + plan.num_partitions + batch_size
-
-
-@pytest.mark.gpu
 def test_gpu_ring_cuda_graph_replay(call_counter):
     """A captured 16-head decode step on the ring kernel (plan, split pieces, combine) replays with new lengths,
     tables, cache contents and queries: two workers per SM, as a plan for a big batch schedules them (this batch

@@ -38,8 +38,6 @@ class DecodeConfig:
             slots (0: not); only for calls it can take (`ops._triton_decode.decode_ring_ready`: Hopper, a
             bf16/fp16 cache or the rope-aware FP8 one, at most 16 rows per sequence); 2 to 8. block_m, block_n,
             num_warps and num_stages then describe that kernel's fixed tiling (16, 32, 4, 1).
-        ring_merge: with ring_slots, the last of a split sequence's pieces to finish merges them in the ring
-            kernel (arrivals counted in the schedule), and no combine kernel runs.
     """
 
     block_m: int = 64
@@ -51,7 +49,6 @@ class DecodeConfig:
     maxnreg: int | None = None
     warp_specialized: bool = False
     ring_slots: int = 0
-    ring_merge: bool = False
 
 
 # the Gluon kernel's fixed tiling (64 rows, 64-key blocks, two 4-warp consumers; block_n, num_warps and

@@ -33,7 +33,6 @@ from .gluon_common import launch_dependents
 from .mla_sparse_decode_ring import (
     BLOCK_M,
     BLOCK_N,
-    CHUNK,
     D_LAT,
     D_ROPE,
     _finish_scale,
@@ -75,85 +74,13 @@ def _stage_q(dst, q_ptr, row_start, num_rows, num_heads, stride_q_t, stride_q_h,
 
 
 @gluon.jit
-def _merge_piece(acc, o_ptr, c: gl.constexpr, rows_ok, alpha, w_k):
-    """Output chunk c of the running merge, rescaled by alpha, plus piece k's normalized chunk (at `o_ptr`,
-    read from L2: another program wrote it) weighted by w_k."""
-    layout: gl.constexpr = _mma()
-    cols = c * CHUNK + gl.arange(0, CHUNK, gl.SliceLayout(0, layout))
-    o_k = gl.load(o_ptr[:, None] + cols[None, :], mask=rows_ok[:, None], other=0.0, cache_modifier=".cg")
-    return acc * alpha[:, None] + o_k * w_k[:, None]
-
-
-@gluon.jit
-def _merge_if_last(b, w, acc0, acc1, acc2, acc3, inv, lse, schedule_ptr, num_workers, out_ptr, lse_ptr,
-                   part_out_ptr, part_lse_ptr, sink_ptr, row_start, rows, tok, heads, rows_ok, stride_o_t,
-                   stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-                   HAS_SINK: gl.constexpr):
-    """Worker w has stored its piece of split sequence b (normalized `acc * inv`, LSE `lse`): count it in
-    column 3 of b's schedule row, and if it is the last piece to arrive, merge every piece by LSE into `out` /
-    `lse` (as `mla_decode._mla_decode_combine_kernel` does) and set the count back to 0 for the next call.
-    The pieces are merged in piece order, each program's own from its registers (the values it stored), so the
-    result does not depend on which piece arrived last."""
-    seq_row = schedule_ptr + (1 + num_workers + b) * 4
-    # every thread's partial is stored before one thread's release; the last piece's acquire sees them all
-    gl.thread_barrier()
-    arrived = gl.atomic_add(seq_row + 3, 1, sem="acq_rel", scope="gpu")
-    first = gl.load(seq_row)
-    num_pieces = gl.load(seq_row + 1) - first + 1
-    if arrived == num_pieces - 1:
-        first_slot = gl.load(seq_row + 2)
-        own = w - first
-        m = gl.full_like(lse, float("-inf"))
-        l_w = gl.zeros_like(lse)
-        o0 = gl.zeros_like(acc0)
-        o1 = gl.zeros_like(acc1)
-        o2 = gl.zeros_like(acc2)
-        o3 = gl.zeros_like(acc3)
-        for k in range(num_pieces):
-            slot = gl.where(k == 0, first_slot, 2 * (first + k)).to(gl.int64)
-            lse_k = gl.load(part_lse_ptr + slot * stride_pl_s + rows, mask=rows_ok, other=float("-inf"),
-                            cache_modifier=".cg")
-            lse_k = gl.where(k == own, lse, lse_k)
-            m_new = gl.maximum(m, lse_k)
-            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = gl.exp(m - m_safe)
-            w_k = gl.exp(lse_k - m_safe)
-            l_w = l_w * alpha + w_k
-            if k == own:
-                o0 = o0 * alpha[:, None] + (acc0 * inv[:, None]) * w_k[:, None]
-                o1 = o1 * alpha[:, None] + (acc1 * inv[:, None]) * w_k[:, None]
-                o2 = o2 * alpha[:, None] + (acc2 * inv[:, None]) * w_k[:, None]
-                o3 = o3 * alpha[:, None] + (acc3 * inv[:, None]) * w_k[:, None]
-            else:
-                o_ptr = part_out_ptr + slot * stride_po_s + rows.to(gl.int64) * stride_po_r
-                o0 = _merge_piece(o0, o_ptr, 0, rows_ok, alpha, w_k)
-                o1 = _merge_piece(o1, o_ptr, 1, rows_ok, alpha, w_k)
-                o2 = _merge_piece(o2, o_ptr, 2, rows_ok, alpha, w_k)
-                o3 = _merge_piece(o3, o_ptr, 3, rows_ok, alpha, w_k)
-            m = m_new
-        has = l_w > 0
-        lse_all = gl.where(has, m + gl.log(gl.where(has, l_w, 1.0)), float("-inf"))
-        scale = gl.where(has, 1.0 / gl.where(has, l_w, 1.0), 0.0)
-        if HAS_SINK:
-            # e^lse / (e^lse + e^sink): a +inf sink gives 0
-            sink = gl.load(sink_ptr + heads, mask=rows_ok, other=float("-inf"))
-            scale = gl.where(has, scale / (1.0 + gl.exp(sink - gl.where(has, lse_all, 0.0))), 0.0)
-        o_tok = (row_start + tok).to(gl.int64)
-        _store_rows(out_ptr, o_tok * stride_o_t + heads.to(gl.int64) * stride_o_h, o0, o1, o2, o3, scale,
-                    rows_ok)
-        gl.store(lse_ptr + o_tok * stride_lse_t + heads.to(gl.int64) * stride_lse_h, lse_all, mask=rows_ok)
-        gl.store(seq_row + 3, 0)
-
-
-@gluon.jit
 def _decode_sequence(b, w, first_seq, first_key, last_seq, stop_key, q_ptr, out_ptr, lse_ptr, part_out_ptr,
                      part_lse_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, sink_ptr, blocks_ptr, rope_ptr,
                      scales_ptr, lat_s, rope_s, sc_s, lat_bf, q_s, qr_s, idx_s, num_heads, mask_code, window,
                      qk_scale, pool_pages, layer_off, r_layer_off, s_layer_off, stride_q_t, stride_q_h, stride_o_t,
                      stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, stride_lt_b,
-                     stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s, schedule_ptr, num_workers,
-                     PAGE_SIZE: gl.constexpr, ROPE_OFF: gl.constexpr, HAS_SINK: gl.constexpr,
-                     NUM_SLOTS: gl.constexpr, MERGE: gl.constexpr):
+                     stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE: gl.constexpr,
+                     ROPE_OFF: gl.constexpr, HAS_SINK: gl.constexpr, NUM_SLOTS: gl.constexpr):
     """Worker w's piece of sequence b (`[seg_lo, seg_hi)` of its keys, from the worker's schedule row): the ring
     over the blocks its rows see, then the rows finished into `out` / `lse` (the whole sequence) or written as a
     partial to slot `2w` (b is the worker's first sequence) or `2w + 1`."""
@@ -209,11 +136,6 @@ def _decode_sequence(b, w, first_seq, first_key, last_seq, stop_key, q_ptr, out_
             _store_rows(part_out_ptr, slot * stride_po_s + rows.to(gl.int64) * stride_po_r, acc0, acc1, acc2,
                         acc3, inv, rows_ok)
             gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok)
-            if MERGE:
-                _merge_if_last(b, w, acc0, acc1, acc2, acc3, inv, lse, schedule_ptr, num_workers, out_ptr, lse_ptr,
-                               part_out_ptr, part_lse_ptr, sink_ptr, row_start, rows, tok, heads, rows_ok,
-                               stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r,
-                               stride_pl_s, HAS_SINK)
 
 
 # sizes that change per step or per layer are not specialized (no recompile when one becomes 1 or changes its
@@ -228,7 +150,6 @@ def _mla_decode_ring_kernel(
     stride_pl_s, stride_lt_b, stride_b_b, stride_b_l, stride_b_s, stride_r_b, stride_r_l, stride_r_s,
     stride_s_b, stride_s_l, stride_s_s,
     PAGE_SIZE: gl.constexpr, ROPE_OFF: gl.constexpr, HAS_SINK: gl.constexpr, NUM_SLOTS: gl.constexpr,
-    MERGE: gl.constexpr,
 ):
     """Program w: worker w's span of the schedule (`pagedmla.kernels.mla_decode` documents its rows), sequence by
     sequence. The cache is as `_mla_sparse_decode_ring_kernel` takes it; `pool_pages` is its page count (table
@@ -254,5 +175,5 @@ def _mla_decode_ring_kernel(
                          qk_scale, pool_pages, layer_off, r_layer_off, s_layer_off, stride_q_t, stride_q_h,
                          stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
                          stride_lt_b, stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s,
-                         schedule_ptr, num_workers, PAGE_SIZE, ROPE_OFF, HAS_SINK, NUM_SLOTS, MERGE)
+                         PAGE_SIZE, ROPE_OFF, HAS_SINK, NUM_SLOTS)
         b += 1

@@ -228,9 +228,8 @@ def decode_ring_ready(q, blocks, out, scales, q_scale, rope_aware: bool, max_q: 
 
 def _launch_ring(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
                  mask_code: int, window: int, out, lse, schedule, sink, part_out, part_lse, slots: int,
-                 has_sink: bool, rope_aware: bool, merge: bool) -> None:
-    """`_mla_decode_ring_kernel`, one program per worker, writing `out` / `lse`, or the partials (`merge`: and
-    the last piece of each split sequence merges them)."""
+                 has_sink: bool, rope_aware: bool) -> None:
+    """`_mla_decode_ring_kernel`, one program per worker, writing `out` / `lse` or the partials."""
     batch = cache_lengths.shape[0]
     num_workers = schedule.shape[0] - 1 - batch
     if rope_aware:
@@ -245,8 +244,7 @@ def _launch_ring(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), part_out.stride(0),
         part_out.stride(1), part_lse.stride(0), lookup_table.stride(0), blocks.stride(0), blocks.stride(2),
         blocks.stride(3), rope.stride(0), rope.stride(2), rope.stride(3), *s_strides,
-        PAGE_SIZE=blocks.shape[3], ROPE_OFF=rope_off, HAS_SINK=has_sink, NUM_SLOTS=slots, MERGE=merge,
-        num_warps=4)
+        PAGE_SIZE=blocks.shape[3], ROPE_OFF=rope_off, HAS_SINK=has_sink, NUM_SLOTS=slots, num_warps=4)
 
 
 def decode_ws_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx: int) -> bool:
@@ -352,7 +350,7 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
     if cfg.ring_slots:
         _launch_ring(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code,
                      window, out, lse, schedule, sink, part_out, part_lse, cfg.ring_slots, attn_sink is not None,
-                     rope_aware, cfg.ring_merge)
+                     rope_aware)
     elif cfg.warp_specialized and cfg.block_m == 64 and ws_ok:
         _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx, scale, mask_code, window,
                    out, lse, schedule, sink, part_out, part_lse, num_tiles)
@@ -372,7 +370,7 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
             ROPE_AWARE=rope_aware, ROPE_OFF=rope_off, Q_ROPE_OFF=q_rope_off, SPLIT_QS=q_fp8 and rope_aware,
             PREFETCH_TABLE=cfg.prefetch_table, UNMASKED_INTERIOR=cfg.unmasked_interior,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
-    if split and not (cfg.ring_slots and cfg.ring_merge):
+    if split:
         _launch_combine(out, lse, input_row_offsets, schedule, sink, part_out, part_lse, batch=batch,
                         num_heads=num_heads, max_rows=max_rows, has_sink=attn_sink is not None,
                         config=combine_config, interpret=interpret)
