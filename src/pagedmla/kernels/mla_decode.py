@@ -538,11 +538,10 @@ def _mla_decode_combine_kernel(
 
     Piece 0 is the first worker's slot from the schedule, piece k > 0 is slot `2 * (first + k)` (a later worker
     starts inside b, so b is its first sequence). Sequences done by one worker were written by the main kernel.
-    PDL: launched as a programmatic dependent of the main kernel, so it first waits for that kernel to finish
-    and its writes to be visible.
+    PDL: launched as a programmatic dependent of the main kernel: it reads the schedule and the row offsets
+    (written before the main kernel started) while that kernel finishes, then waits for it to end and its writes
+    to be visible before reading the partials.
     """
-    if PDL:
-        gdc_wait()
     b = tl.program_id(0)
     offs_m = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     offs_d = tl.program_id(2) * BLOCK_DV + tl.arange(0, BLOCK_DV)
@@ -552,6 +551,8 @@ def _mla_decode_combine_kernel(
     first_slot = tl.load(seq + 2)
     row_start = tl.load(offsets_ptr + b)
     num_rows = (tl.load(offsets_ptr + b + 1) - row_start) * num_heads
+    if PDL:
+        gdc_wait()
     if (num_pieces > 1) & (tl.program_id(1) * BLOCK_R < num_rows):
         m_ok = offs_m < num_rows
         offs_p = tl.arange(0, BLOCK_P)
