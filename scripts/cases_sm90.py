@@ -21,7 +21,7 @@ def decode(fp8: bool, block_m: int, block_n: int, warps: int, stages: int, prefe
                  LAT_MODE=1 if fp8 else 0, LAT_NG=1, LAT_GS=512, ROPE_MODE=0, ROPE_NG=1, ROPE_GS=64,
                  CD=tl.bfloat16, ROPE_AWARE=fp8, ROPE_OFF=256 if fp8 else 512, Q_ROPE_OFF=512, SPLIT_QS=False,
                  PREFETCH_TABLE=fp8 if prefetch is None else prefetch,
-                 UNMASKED_INTERIOR=(not fp8 and block_m >= 64) if interior is None else interior)
+                 UNMASKED_INTERIOR=(not fp8 and block_m >= 64) if interior is None else interior, PDL=True)
     return _mla_decode_kernel, types, const, warps, stages
 
 

@@ -403,12 +403,15 @@ def _mla_decode_kernel(
     QUANT: tl.constexpr, Q_SCALED: tl.constexpr, G: tl.constexpr, LAT_MODE: tl.constexpr, LAT_NG: tl.constexpr,
     LAT_GS: tl.constexpr, ROPE_MODE: tl.constexpr, ROPE_NG: tl.constexpr, ROPE_GS: tl.constexpr,
     CD: tl.constexpr, ROPE_AWARE: tl.constexpr, ROPE_OFF: tl.constexpr, Q_ROPE_OFF: tl.constexpr,
-    SPLIT_QS: tl.constexpr, PREFETCH_TABLE: tl.constexpr, UNMASKED_INTERIOR: tl.constexpr,
+    SPLIT_QS: tl.constexpr, PREFETCH_TABLE: tl.constexpr, UNMASKED_INTERIOR: tl.constexpr, PDL: tl.constexpr,
 ):
-    """Program (worker w, row tile t): the tile's rows against the keys of w's span, sequence by sequence."""
+    """Program (worker w, row tile t): the tile's rows against the keys of w's span, sequence by sequence.
+    PDL (Hopper): launched as a programmatic dependent of the kernel before it, whose end it waits for before
+    reading anything, and letting the combine (launched the same way) be scheduled once every program has
+    started."""
     pid = tl.program_id(0)
-    if not INTERPRET:
-        # the combine, launched as a programmatic dependent, may be scheduled once every program has started
+    if PDL:
+        gdc_wait()
         gdc_launch_dependents()
     w = pid // num_tiles
     t = pid % num_tiles
@@ -542,6 +545,9 @@ def _mla_decode_combine_kernel(
     (written before the main kernel started) while that kernel finishes, then waits for it to end and its writes
     to be visible before reading the partials.
     """
+    if PDL:
+        # the next kernel, if launched the same way, may be scheduled (it waits for this one's end)
+        gdc_launch_dependents()
     b = tl.program_id(0)
     offs_m = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     offs_d = tl.program_id(2) * BLOCK_DV + tl.arange(0, BLOCK_DV)

@@ -29,7 +29,7 @@ Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from .gluon_common import launch_dependents
+from .gluon_common import launch_dependents, wait_for_prior_grid
 from .mla_sparse_decode_ring import (
     BLOCK_M,
     BLOCK_N,
@@ -155,6 +155,9 @@ def _mla_decode_ring_kernel(
     sequence. The cache is as `_mla_sparse_decode_ring_kernel` takes it; `pool_pages` is its page count (table
     entries outside `[0, pool_pages)` read no row)."""
     w = gl.program_id(0)
+    # launched as a programmatic dependent: its launch overlaps the previous kernel's end; nothing is read before
+    # that kernel is done
+    wait_for_prior_grid(w)
     launch_dependents(w)
     lat_s, rope_s, sc_s, lat_bf, q_s, qr_s, idx_s = _ring_buffers(q_ptr, blocks_ptr, NUM_SLOTS)
     sched = schedule_ptr + (1 + w) * 4

@@ -36,7 +36,18 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .gluon_common import BLOCK_M, COLS, D_LAT, D_ROPE, LN2, LOG2E, launch_dependents, mma_layout, opaque_zero
+from .gluon_common import (
+    BLOCK_M,
+    COLS,
+    D_LAT,
+    D_ROPE,
+    LN2,
+    LOG2E,
+    launch_dependents,
+    mma_layout,
+    opaque_zero,
+    wait_for_prior_grid,
+)
 
 BLOCK_N = gl.constexpr(64)
 
@@ -145,6 +156,11 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     p_op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    # launched as a programmatic dependent (see `mla_decode_ring`): no thread reads memory before the previous
+    # kernel is done (the wait holds for the threads that execute it, so each partition waits)
+    wait_for_prior_grid(w)
+    if C == 0:
+        launch_dependents(w)
     first_seq = gl.load(schedule_ptr + (1 + w) * 4)
     last_seq = gl.minimum(gl.load(schedule_ptr + (1 + w) * 4 + 2), batch - 1)
     c = 0
@@ -318,7 +334,6 @@ def _mla_decode_ws_kernel(
     pid = gl.program_id(0)
     w = pid // num_tiles
     t = pid % num_tiles
-    launch_dependents(pid)
 
     q_s = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_M, COLS], q_desc.layout)
     qr_s = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, D_ROPE], qr_desc.layout)
