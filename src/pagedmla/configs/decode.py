@@ -61,8 +61,9 @@ WARP_SPECIALIZED = DecodeConfig(block_m=64, block_n=64, num_warps=8, num_stages=
 class CombineConfig:
     """Tiles of `_mla_decode_combine_kernel`: pieces, rows and output columns merged per step (pieces are
     loaded BLOCK_P at a time, so that several loads are in flight), and warps. `pdl`: on Hopper, launch it as a
-    programmatic dependent of the decode kernel, which lets it go as soon as every decode program has started;
-    it waits for the decode kernel's writes before reading anything, so only its launch latency overlaps."""
+    programmatic dependent of the decode kernel: it is scheduled as the decode programs exit, reads the schedule,
+    then waits for the decode kernel's writes to be visible (and lets the next kernel, when launched the same
+    way, be scheduled early)."""
 
     block_p: int = 8
     block_r: int = 4

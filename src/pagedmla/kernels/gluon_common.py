@@ -36,11 +36,3 @@ def wait_for_prior_grid(i):
     gl.inline_asm_elementwise("griddepcontrol.wait; mov.b32 $0, $1;", "=r,r", [i], dtype=gl.int32, is_pure=False,
                               pack=1)
 
-
-@gluon.jit
-def launch_dependents(i):
-    """Let the next kernel, when it was launched as a programmatic dependent (the combine), be scheduled once
-    every program of this one has started (it still waits for this kernel's end before reading its results); a
-    no-op otherwise. `i`: any int32 scalar (the instruction needs an operand to hang on)."""
-    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; mov.b32 $0, $1;", "=r,r", [i], dtype=gl.int32,
-                              is_pure=False, pack=1)

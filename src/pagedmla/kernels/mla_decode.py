@@ -407,12 +407,10 @@ def _mla_decode_kernel(
 ):
     """Program (worker w, row tile t): the tile's rows against the keys of w's span, sequence by sequence.
     PDL (Hopper): launched as a programmatic dependent of the kernel before it, whose end it waits for before
-    reading anything, and letting the combine (launched the same way) be scheduled once every program has
-    started."""
+    reading anything (see `mla_decode_ring` for why it does not let the combine launch early)."""
     pid = tl.program_id(0)
     if PDL:
         gdc_wait()
-        gdc_launch_dependents()
     w = pid // num_tiles
     t = pid % num_tiles
     sched = schedule_ptr + (1 + w) * 4

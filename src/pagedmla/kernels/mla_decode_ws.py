@@ -43,7 +43,6 @@ from .gluon_common import (
     D_ROPE,
     LN2,
     LOG2E,
-    launch_dependents,
     mma_layout,
     opaque_zero,
     wait_for_prior_grid,
@@ -159,8 +158,6 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
     # launched as a programmatic dependent (see `mla_decode_ring`): no thread reads memory before the previous
     # kernel is done (the wait holds for the threads that execute it, so each partition waits)
     wait_for_prior_grid(w)
-    if C == 0:
-        launch_dependents(w)
     first_seq = gl.load(schedule_ptr + (1 + w) * 4)
     last_seq = gl.minimum(gl.load(schedule_ptr + (1 + w) * 4 + 2), batch - 1)
     c = 0
