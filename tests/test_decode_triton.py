@@ -487,6 +487,34 @@ def test_gpu_cuda_graph_replay(heads):
     run_graph_replay(steps, heads, rows=4, max_q=2, seed=53)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads,parts,kernel", [(16, "two-per-sm", "ring"), (128, None, "ws"), (16, 7, "triton")])
+def test_gpu_decode_waits_for_the_kernel_before(heads, parts, kernel, call_counter):
+    """On Hopper the decode kernels and the combine are programmatic dependent launches (their launch overlaps
+    the previous kernel's end), so each must read q and the cache only after the kernel before it has finished.
+    Right before each decode a kernel rewrites q, or negates the cache in place, and the decode must see the new
+    values every time, whichever kernel runs it (the ring, warp-specialized or Triton one)."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    pb, q0 = batch([700, 2000, 63, 1500], [1, 1, 1, 1], heads=heads, head_size=576, page_size=64,
+                   dtype=torch.bfloat16, seed=97, device="cuda")
+    plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=heads, backend="triton",
+                              num_partitions=2 * sms if parts == "two-per-sm" else parts)
+    launches = {"ring": call_counter(_triton_decode, "_launch_ring"),
+                "ws": call_counter(_triton_decode, "_launch_ws")}
+    q = q0.clone()
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    for step in range(4):
+        if step % 2:
+            pb.kv.blocks.neg_()  # the kernel right before the decode's kernels writes the cache
+        else:
+            torch.mul(torch.randn(q.shape, generator=gen, device="cuda").to(q.dtype), 1.0 + step, out=q)
+        got, lse = run_triton(pb, q, plan=plan, rope=64)
+        want, want_lse = reference(pb, q, rope=64)
+        check_lowprec(pb, q, got, lse, want, want_lse, rope=64)
+    assert {name: count[0] for name, count in launches.items()} == {
+        name: 4 if name == kernel else 0 for name in launches}
+
+
 @cpu_tier
 def test_reference_helpers_agree():
     """The low-precision oracle equals the reference when nothing is rounded (guards the tolerance helper)."""
