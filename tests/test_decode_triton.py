@@ -31,6 +31,7 @@ from pagedmla.configs.decode import (
     heuristic,
 )
 from pagedmla.kernels import mla_decode
+from pagedmla.kernels.common import GDC_AVAILABLE, gdc_launch_dependents
 from pagedmla.masks import visible
 from pagedmla.ops import _triton_decode
 from pagedmla.ops._dispatch import interpreter_enabled
@@ -487,32 +488,53 @@ def test_gpu_cuda_graph_replay(heads):
     run_graph_replay(steps, heads, rows=4, max_q=2, seed=53)
 
 
+@triton.jit
+def _late_copy_kernel(src, dst, n, SPIN_NS: tl.constexpr, BLOCK: tl.constexpr):
+    """Copy `src` to `dst` (grid-stride) after letting a next kernel launched as a programmatic dependent be
+    scheduled, and after spinning for SPIN_NS: a next kernel that read `dst` without waiting for this one would
+    read the old values."""
+    gdc_launch_dependents()
+    t0 = tl.extra.cuda.globaltimer()
+    t = t0
+    while t - t0 < SPIN_NS:
+        t = tl.extra.cuda.globaltimer()
+    for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+
+
 @pytest.mark.gpu
+@pytest.mark.skipif(not GDC_AVAILABLE, reason="this Triton has no grid dependency control")
 @pytest.mark.parametrize("heads,parts,kernel", [(16, "two-per-sm", "ring"), (128, None, "ws"), (16, 7, "triton")])
-def test_gpu_decode_waits_for_the_kernel_before(heads, parts, kernel, call_counter):
+@pytest.mark.parametrize("written", ["q", "cache"])
+def test_gpu_decode_waits_for_the_kernel_before(heads, parts, kernel, written, call_counter):
     """On Hopper the decode kernels and the combine are programmatic dependent launches (their launch overlaps
     the previous kernel's end), so each must read q and the cache only after the kernel before it has finished.
-    Right before each decode a kernel rewrites q, or negates the cache in place, and the decode must see the new
-    values every time, whichever kernel runs it (the ring, warp-specialized or Triton one)."""
+    Right before the decode's launcher, a kernel lets its dependents launch, spins for 30 us and only then writes
+    the new q (or the new cache): a decode kernel (ring, warp-specialized or Triton) that read before waiting
+    would see the old values."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    pb, q0 = batch([700, 2000, 63, 1500], [1, 1, 1, 1], heads=heads, head_size=576, page_size=64,
-                   dtype=torch.bfloat16, seed=97, device="cuda")
+    pb, q = batch([700, 2000, 63, 1500], [1, 1, 1, 1], heads=heads, head_size=576, page_size=64,
+                  dtype=torch.bfloat16, seed=97, device="cuda")
     plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=heads, backend="triton",
                               num_partitions=2 * sms if parts == "two-per-sm" else parts)
     launches = {"ring": call_counter(_triton_decode, "_launch_ring"),
                 "ws": call_counter(_triton_decode, "_launch_ws")}
-    q = q0.clone()
-    gen = torch.Generator(device="cuda").manual_seed(5)
-    for step in range(4):
-        if step % 2:
-            pb.kv.blocks.neg_()  # the kernel right before the decode's kernels writes the cache
-        else:
-            torch.mul(torch.randn(q.shape, generator=gen, device="cuda").to(q.dtype), 1.0 + step, out=q)
-        got, lse = run_triton(pb, q, plan=plan, rope=64)
-        want, want_lse = reference(pb, q, rope=64)
-        check_lowprec(pb, q, got, lse, want, want_lse, rope=64)
+    target = q if written == "q" else pb.kv.blocks
+    new = (torch.randn(target.shape, device="cuda") * 2).to(target.dtype)
+    out = torch.full((q.shape[0], heads, 512), float("nan"), dtype=q.dtype, device="cuda")
+    lse = torch.full((q.shape[0], heads), float("nan"), device="cuda")
+    torch.cuda.synchronize()
+    _late_copy_kernel[(64,)](new, target, target.numel(), SPIN_NS=30000, BLOCK=1024)
+    _triton_decode.launch_decode(q, pb.input_row_offsets, pb.kv.blocks, pb.kv.cache_lengths, pb.kv.lookup_table, 1,
+                                 SCALE, pm.MASKS["causal"], 0, out, lse, plan.schedule, max_seq_length=1,
+                                 qk_rope_head_dim=64)
+    torch.cuda.synchronize()
+    assert torch.equal(target, new)
+    want, want_lse = reference(pb, q, rope=64)
+    check_lowprec(pb, q, out, lse, want, want_lse, rope=64)
     assert {name: count[0] for name, count in launches.items()} == {
-        name: 4 if name == kernel else 0 for name in launches}
+        name: 1 if name == kernel else 0 for name in launches}
 
 
 @cpu_tier

@@ -51,6 +51,12 @@ class DecodeConfig:
     ring_slots: int = 0
 
 
+# Programmatic dependent launches of the dense decode kernels and the combine on Hopper (see docs/layout.md):
+# each kernel's launch overlaps the previous kernel's end and waits for it before reading anything. H200, `bench
+# decode`, A/B in one process (BENCHMARKS.md, fifteenth session): B1 N4096 16 heads 14.3 -> 12.8 us, B1 N16384
+# 17.0 -> 15.5, B64 N4096 84.7 -> 84.0; 128 heads within noise. False: plain launches.
+PROGRAMMATIC_LAUNCH = True
+
 # the Gluon kernel's fixed tiling (64 rows, 64-key blocks, two 4-warp consumers; block_n, num_warps and
 # num_stages are what the Triton kernel runs with when the Gluon one cannot take a call)
 WARP_SPECIALIZED = DecodeConfig(block_m=64, block_n=64, num_warps=8, num_stages=2, unmasked_interior=True,
@@ -60,10 +66,10 @@ WARP_SPECIALIZED = DecodeConfig(block_m=64, block_n=64, num_warps=8, num_stages=
 @dataclass(frozen=True)
 class CombineConfig:
     """Tiles of `_mla_decode_combine_kernel`: pieces, rows and output columns merged per step (pieces are
-    loaded BLOCK_P at a time, so that several loads are in flight), and warps. `pdl`: on Hopper, launch it as a
-    programmatic dependent of the decode kernel: it is scheduled as the decode programs exit, reads the schedule,
-    then waits for the decode kernel's writes to be visible (and lets the next kernel, when launched the same
-    way, be scheduled early)."""
+    loaded BLOCK_P at a time, so that several loads are in flight), and warps. `pdl`: on Hopper (with
+    `PROGRAMMATIC_LAUNCH`), launch it as a programmatic dependent of the decode kernel: it is scheduled as the
+    decode programs exit and waits for the decode kernel's writes to be visible before reading anything (and
+    lets the next kernel, when launched the same way, be scheduled early)."""
 
     block_p: int = 8
     block_r: int = 4

@@ -8,6 +8,21 @@ kernels work with that interval (two compares per element, and whole key blocks 
 import triton
 import triton.language as tl
 
+try:  # grid dependency control for programmatic dependent launches (Triton 3.4+ with its NVIDIA backend)
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    GDC_AVAILABLE = True
+except ImportError:
+    GDC_AVAILABLE = False
+
+    @triton.jit
+    def gdc_wait():
+        """Stand-in: never called (launchers set the kernels' PDL flag only when GDC_AVAILABLE)."""
+
+    @triton.jit
+    def gdc_launch_dependents():
+        """Stand-in: never called (see `gdc_wait`)."""
+
 
 @triton.jit
 def load_or_zero(ptrs, mask):

@@ -38,9 +38,8 @@ Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from .common import dot, hide_from_dot_chain, load_or_zero, split_logits, visible_range
+from .common import dot, gdc_launch_dependents, gdc_wait, hide_from_dot_chain, load_or_zero, split_logits, visible_range
 from .fp8 import _dequant, _load_scales, _softmax_update
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -539,11 +538,11 @@ def _mla_decode_combine_kernel(
 
     Piece 0 is the first worker's slot from the schedule, piece k > 0 is slot `2 * (first + k)` (a later worker
     starts inside b, so b is its first sequence). Sequences done by one worker were written by the main kernel.
-    PDL: launched as a programmatic dependent of the main kernel: it reads the schedule and the row offsets
-    (written before the main kernel started) while that kernel finishes, then waits for it to end and its writes
-    to be visible before reading the partials.
+    PDL: launched as a programmatic dependent of the main kernel, so it waits for that kernel to end (and its
+    writes to be visible) before reading anything.
     """
     if PDL:
+        gdc_wait()
         # the next kernel, if launched the same way, may be scheduled (it waits for this one's end)
         gdc_launch_dependents()
     b = tl.program_id(0)
@@ -555,8 +554,6 @@ def _mla_decode_combine_kernel(
     first_slot = tl.load(seq + 2)
     row_start = tl.load(offsets_ptr + b)
     num_rows = (tl.load(offsets_ptr + b + 1) - row_start) * num_heads
-    if PDL:
-        gdc_wait()
     if (num_pieces > 1) & (tl.program_id(1) * BLOCK_R < num_rows):
         m_ok = offs_m < num_rows
         offs_p = tl.arange(0, BLOCK_P)

@@ -18,6 +18,7 @@ import math
 import torch
 import triton
 
+from ..configs import decode as decode_configs
 from ..configs.decode import (
     RING_GRANULARITY,
     CombineConfig,
@@ -31,6 +32,7 @@ from ..configs.decode import (
     programs_per_sm,
     ring_worth_it,
 )
+from ..kernels.common import GDC_AVAILABLE
 from ..kernels.mla_decode import (
     _mla_decode_combine_kernel,
     _mla_decode_kernel,
@@ -66,6 +68,12 @@ def _num_sms(device: torch.device) -> int:
     if device.type != "cuda":
         return 4
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def programmatic_launch(device: torch.device, interpret: bool) -> bool:
+    """Whether the dense decode kernels and the combine are launched as programmatic dependents: on Hopper with
+    a Triton that has grid dependency control, unless `configs.decode.PROGRAMMATIC_LAUNCH` is off."""
+    return decode_configs.PROGRAMMATIC_LAUNCH and GDC_AVAILABLE and not interpret and is_hopper(device)
 
 
 def plan_config(*, batch: int, num_heads: int, max_q: int, max_keys: int, device: torch.device,
@@ -228,7 +236,7 @@ def decode_ring_ready(q, blocks, out, scales, q_scale, rope_aware: bool, max_q: 
 
 def _launch_ring(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
                  mask_code: int, window: int, out, lse, schedule, sink, part_out, part_lse, slots: int,
-                 has_sink: bool, rope_aware: bool) -> None:
+                 has_sink: bool, rope_aware: bool, pdl: bool) -> None:
     """`_mla_decode_ring_kernel`, one program per worker, writing `out` / `lse` or the partials."""
     batch = cache_lengths.shape[0]
     num_workers = schedule.shape[0] - 1 - batch
@@ -245,7 +253,7 @@ def _launch_ring(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         part_out.stride(1), part_lse.stride(0), lookup_table.stride(0), blocks.stride(0), blocks.stride(2),
         blocks.stride(3), rope.stride(0), rope.stride(2), rope.stride(3), *s_strides,
         PAGE_SIZE=blocks.shape[3], ROPE_OFF=rope_off, HAS_SINK=has_sink, NUM_SLOTS=slots, num_warps=4,
-        launch_pdl=True)
+        **({"launch_pdl": True} if pdl else {}))
 
 
 def decode_ws_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx: int) -> bool:
@@ -260,7 +268,8 @@ def decode_ws_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx
 
 
 def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx: int, scale: float,
-               mask_code: int, window: int, out, lse, schedule, sink, part_out, part_lse, num_tiles: int) -> None:
+               mask_code: int, window: int, out, lse, schedule, sink, part_out, part_lse, num_tiles: int,
+               pdl: bool) -> None:
     """`_mla_decode_ws_kernel` over the Triton kernel's grid (64-row tiles), with its partial-result buffers."""
     batch = cache_lengths.shape[0]
     num_workers = schedule.shape[0] - 1 - batch
@@ -276,7 +285,7 @@ def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_
         batch, q.shape[1], num_tiles, mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows,
         layer_row0, lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
         part_out.stride(0), part_out.stride(1), part_lse.stride(0),
-        HAS_SINK=sink is not lse, CONSUMER_REGS=240, num_warps=4, launch_pdl=True)
+        HAS_SINK=sink is not lse, CONSUMER_REGS=240, num_warps=4, **({"launch_pdl": True} if pdl else {}))
 
 
 def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx: int, scale: float,
@@ -348,15 +357,15 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
     part_lse = torch.empty((part_out.shape[0], rows_pad), dtype=torch.float32, device=q.device)
     sink = attn_sink if attn_sink is not None else lse
     # programmatic dependent launches (Hopper): the kernels wait for the previous kernel at their start
-    pdl = not interpret and is_hopper(q.device)
+    pdl = programmatic_launch(q.device, interpret)
     s_strides = (scales.stride(0), scales.stride(2), scales.stride(3)) if scales is not None else (0, 0, 0)
     if cfg.ring_slots:
         _launch_ring(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code,
                      window, out, lse, schedule, sink, part_out, part_lse, cfg.ring_slots, attn_sink is not None,
-                     rope_aware)
+                     rope_aware, pdl)
     elif cfg.warp_specialized and cfg.block_m == 64 and ws_ok:
         _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx, scale, mask_code, window,
-                   out, lse, schedule, sink, part_out, part_lse, num_tiles)
+                   out, lse, schedule, sink, part_out, part_lse, num_tiles, pdl)
     else:
         _mla_decode_kernel[(num_workers * num_tiles,)](
             q, out, lse, blocks, input_row_offsets, cache_lengths, lookup_table, schedule, sink, part_out, part_lse,
@@ -372,7 +381,7 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
             LAT_GS=modes[2], ROPE_MODE=modes[3], ROPE_NG=modes[4], ROPE_GS=modes[5], CD=_TL_DTYPES[cd],
             ROPE_AWARE=rope_aware, ROPE_OFF=rope_off, Q_ROPE_OFF=q_rope_off, SPLIT_QS=q_fp8 and rope_aware,
             PREFETCH_TABLE=cfg.prefetch_table, UNMASKED_INTERIOR=cfg.unmasked_interior, PDL=pdl,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
             **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     if split:
         _launch_combine(out, lse, input_row_offsets, schedule, sink, part_out, part_lse, batch=batch,
@@ -392,7 +401,7 @@ def _launch_combine(out, lse, input_row_offsets, schedule, sink, part_out, part_
                             max_rows=max_rows, kv_lora_rank=kv_lora_rank)
     grid = (batch, triton.cdiv(max_rows, ccfg.block_r), kv_lora_rank // ccfg.block_dv)
     # the interpreter has no programmatic dependent launch (nor inline assembly)
-    pdl = ccfg.pdl and not interpret and is_hopper(out.device)
+    pdl = ccfg.pdl and programmatic_launch(out.device, interpret)
     _mla_decode_combine_kernel[grid](
         out, lse, input_row_offsets, schedule, sink, part_out, part_lse, batch, num_heads, num_workers,
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), part_out.stride(0), part_out.stride(1),
