@@ -35,4 +35,3 @@ def wait_for_prior_grid(i):
     `i`: any int32 scalar (the instruction needs an operand to hang on)."""
     gl.inline_asm_elementwise("griddepcontrol.wait; mov.b32 $0, $1;", "=r,r", [i], dtype=gl.int32, is_pure=False,
                               pack=1)
-
