@@ -1,0 +1,166 @@
+"""Timeline of the 16-row ring decode kernel's programs inside a CUDA graph of back-to-back decode calls.
+
+    PYTHONPATH=src python3 benchmarks/experiments/ring_timeline.py --case 64,4096,16,1 [--case ...] [--json F]
+
+Where does a call's fixed cost go (BENCHMARKS.md: ~12 us per call beyond the streaming time at 16 heads)? This
+loads a copy of `pagedmla.kernels.mla_decode_ring` with time stamps added (source patched at run time, so the
+library's kernel keeps no instrumentation), swaps it into the launcher, captures `--calls` decode calls in one
+graph and replays it. Each program records `%globaltimer` (ns, common to all SMs) at: entry, after the wait for
+the previous kernel, its first piece's prologue, the first piece's loop start (q staged) and end, and exit.
+For a middle call, the report gives percentiles of each stamp relative to the earliest post-wait stamp of that
+call, and the gap from the call's last program exit to the next call's earliest post-wait stamp (the combine,
+plus launch latencies). Not a harness: times are only the ones the stamps see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import pathlib
+import sys
+import tempfile
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from decode_probe import Case
+
+from pagedmla.ops import _triton_decode
+
+STAMPS = ["entry", "post_wait", "prologue", "loop_start", "loop_end", "exit"]
+WIDTH = 8  # int64 slots per program
+
+_HELPER = '''
+
+@gluon.jit
+def _stamp(ptr, w, k: gl.constexpr):
+    t = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [w], dtype=gl.int64, is_pure=False,
+                                  pack=1)
+    gl.store(ptr + w * 8 + k, t)
+'''
+
+
+def _patched_source() -> str:
+    import pagedmla.kernels.mla_decode_ring as ring
+    src = pathlib.Path(ring.__file__).read_text()
+
+    def sub(old: str, new: str, count: int = 1) -> None:
+        nonlocal src
+        if src.count(old) != count:
+            raise RuntimeError(f"patch point {old!r} found {src.count(old)} times, expected {count}")
+        src = src.replace(old, new)
+
+    sub("from .gluon_common", "from pagedmla.kernels.gluon_common")
+    sub("from .mla_sparse_decode_ring", "from pagedmla.kernels.mla_sparse_decode_ring")
+    sub("\n\n@gluon.jit\ndef _visible_range", _HELPER + "\n\n@gluon.jit\ndef _visible_range")
+    # the kernel gets the stamp buffer after scales_ptr; _decode_sequence gets it last
+    sub("    sink_ptr, blocks_ptr, rope_ptr, scales_ptr,\n", "    sink_ptr, blocks_ptr, rope_ptr, scales_ptr, stamps_ptr,\n")
+    sub("NUM_SLOTS: gl.constexpr):\n    \"\"\"Worker w's piece", "NUM_SLOTS: gl.constexpr, stamps_ptr):\n"
+        "    \"\"\"Worker w's piece")
+    sub("PAGE_SIZE, ROPE_OFF, HAS_SINK, NUM_SLOTS)\n", "PAGE_SIZE, ROPE_OFF, HAS_SINK, NUM_SLOTS, stamps_ptr)\n")
+    sub("    w = gl.program_id(0)\n", "    w = gl.program_id(0)\n    _stamp(stamps_ptr, w, 0)\n")
+    sub("    wait_for_prior_grid(w)\n", "    wait_for_prior_grid(w)\n    _stamp(stamps_ptr, w, 1)\n")
+    sub("        gl.thread_barrier()\n        _ring_prologue(",
+        "        gl.thread_barrier()\n        if b == first_seq:\n            _stamp(stamps_ptr, w, 2)\n"
+        "        _ring_prologue(")
+    sub("        q_rope = qr_s.load(", "        if b == first_seq:\n            _stamp(stamps_ptr, w, 3)\n"
+        "        q_rope = qr_s.load(")
+    sub("        l_i, has, lse = _row_lse(m_i, l_cols)\n",
+        "        if b == first_seq:\n            _stamp(stamps_ptr, w, 4)\n"
+        "        l_i, has, lse = _row_lse(m_i, l_cols)\n")
+    sub("        b += 1\n", "        b += 1\n    _stamp(stamps_ptr, w, 5)\n")
+    return src
+
+
+def _load_stamped_kernel():
+    path = pathlib.Path(tempfile.mkdtemp()) / "mla_decode_ring_stamped.py"
+    path.write_text(_patched_source())
+    spec = importlib.util.spec_from_file_location("mla_decode_ring_stamped", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module._mla_decode_ring_kernel
+
+
+class _Swap:
+    """Stands in for the launcher's kernel: each launch gets the next call's stamp rows."""
+
+    def __init__(self, kernel, stamps: torch.Tensor):
+        self.kernel, self.stamps, self.calls = kernel, stamps, 0
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            buf = self.stamps[self.calls % self.stamps.shape[0]]
+            self.calls += 1
+            return self.kernel[grid](*args[:13], buf, *args[13:], **kwargs)
+        return launch
+
+
+def _pct(values: torch.Tensor) -> dict[str, float]:
+    v = values.double().sort().values
+    pick = [0.0, 0.1, 0.5, 0.9, 1.0]
+    return {f"p{int(p * 100)}": round(float(v[min(len(v) - 1, int(p * (len(v) - 1)))]) / 1000, 2) for p in pick}
+
+
+def timeline(case: Case, calls: int) -> dict:
+    plan = case.plan()
+    num_workers = plan.schedule.shape[0] - 1 - case.batch
+    stamps = torch.zeros(calls, num_workers, WIDTH, dtype=torch.int64, device="cuda")
+    original = _triton_decode._mla_decode_ring_kernel
+    swap = _Swap(_load_stamped_kernel(), stamps)
+    _triton_decode._mla_decode_ring_kernel = swap
+    try:
+        one = case.run(plan, None)
+        one()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        swap.calls = 0
+        with torch.cuda.graph(graph):
+            for _ in range(calls // len(case.items)):
+                one()
+        for _ in range(3):
+            graph.replay()
+        torch.cuda.synchronize()
+    finally:
+        _triton_decode._mla_decode_ring_kernel = original
+    used = swap.calls
+    report = {"case": [case.batch, case.keys, case.heads, case.q_len, case.fp8], "workers": num_workers,
+              "calls": used, "per_call": []}
+    for k in range(1, used - 1):
+        s = stamps[k].cpu()
+        t0 = int(s[:, 1].min())
+        row = {name: _pct(s[:, i] - t0) for i, name in enumerate(STAMPS)}
+        row["first_piece_loop_us"] = _pct(s[:, 4] - s[:, 3])
+        row["call_us"] = round((int(s[:, 5].max()) - t0) / 1000, 2)
+        nxt = stamps[k + 1].cpu()
+        row["gap_to_next_us"] = round((int(nxt[:, 1].min()) - int(s[:, 5].max())) / 1000, 2)
+        row["next_entry_vs_exit_us"] = _pct(nxt[:, 0] - int(s[:, 5].max()))
+        report["per_call"].append(row)
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", action="append", required=True, help="B,N,H,q[,fp8]")
+    parser.add_argument("--calls", type=int, default=12)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    reports = []
+    for text in args.case:
+        parts = text.split(",")
+        b, n, h, q = (int(x) for x in parts[:4])
+        case = Case(b, n, h, q, fp8="fp8" in parts[4:])
+        rep = timeline(case, max(args.calls, 3 * len(case.items)))
+        reports.append(rep)
+        print(f"case {text}: {rep['workers']} workers, {rep['calls']} calls")
+        for row in rep["per_call"][1:4]:
+            print(f"  call {row['call_us']} us, gap to next call's first post-wait {row['gap_to_next_us']} us")
+            for name in STAMPS + ["first_piece_loop_us", "next_entry_vs_exit_us"]:
+                print(f"    {name:22s} {row[name]}")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(reports, indent=1))
+
+
+if __name__ == "__main__":
+    main()
