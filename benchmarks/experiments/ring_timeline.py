@@ -28,7 +28,7 @@ from decode_probe import Case
 
 from pagedmla.ops import _triton_decode
 
-STAMPS = ["entry", "post_wait", "prologue", "loop_start", "loop_end", "exit"]
+STAMPS = ["entry", "post_wait", "prologue", "loop_start", "loop_end", "exit"]  # slot 6: the SM id
 WIDTH = 8  # int64 slots per program
 
 _HELPER = '''
@@ -38,6 +38,9 @@ def _stamp(ptr, w, k: gl.constexpr):
     t = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [w], dtype=gl.int64, is_pure=False,
                                   pack=1)
     gl.store(ptr + w * 8 + k, t)
+    if k == 0:
+        sm = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [w], dtype=gl.int32, is_pure=False, pack=1)
+        gl.store(ptr + w * 8 + 6, sm.to(gl.int64))
 '''
 
 
@@ -103,8 +106,27 @@ def _pct(values: torch.Tensor) -> dict[str, float]:
     return {f"p{int(p * 100)}": round(float(v[min(len(v) - 1, int(p * (len(v) - 1)))]) / 1000, 2) for p in pick}
 
 
-def timeline(case: Case, calls: int) -> dict:
-    plan = case.plan()
+def _by_sm(s: torch.Tensor) -> dict:
+    """First-piece loop times grouped by how many programs shared the SM, and the spread of SMs' means."""
+    loop = (s[:, 4] - s[:, 3]).double() / 1000
+    sms = s[:, 6]
+    count = torch.bincount(sms, minlength=int(sms.max()) + 1)[sms]
+    out = {}
+    for k in sorted(set(count.tolist())):
+        sel = loop[count == k]
+        out[f"{k}_per_sm"] = {"programs": len(sel), "mean_loop_us": round(float(sel.mean()), 2),
+                              "max_loop_us": round(float(sel.max()), 2)}
+    means = torch.zeros(int(sms.max()) + 1, dtype=torch.float64).index_add_(0, sms, loop)
+    means = means / torch.bincount(sms, minlength=len(means)).clamp(min=1)
+    used = means[torch.bincount(sms, minlength=len(means)) > 0]
+    out["sm_mean_loop_us"] = _pct(used * 1000)
+    # SMs in groups of 16 ids: does the loop time follow the SM's place on the chip?
+    out["by_sm_id_16"] = [round(float(used[i:i + 16].mean()), 1) for i in range(0, len(used), 16)]
+    return out
+
+
+def timeline(case: Case, calls: int, workers: int | None = None) -> dict:
+    plan = case.plan(workers)
     num_workers = plan.schedule.shape[0] - 1 - case.batch
     stamps = torch.zeros(calls, num_workers, WIDTH, dtype=torch.int64, device="cuda")
     original = _triton_decode._mla_decode_ring_kernel
@@ -136,6 +158,7 @@ def timeline(case: Case, calls: int) -> dict:
         nxt = stamps[k + 1].cpu()
         row["gap_to_next_us"] = round((int(nxt[:, 1].min()) - int(s[:, 5].max())) / 1000, 2)
         row["next_entry_vs_exit_us"] = _pct(nxt[:, 0] - int(s[:, 5].max()))
+        row["by_sm"] = _by_sm(s)
         report["per_call"].append(row)
     return report
 
@@ -144,6 +167,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", required=True, help="B,N,H,q[,fp8]")
     parser.add_argument("--calls", type=int, default=12)
+    parser.add_argument("--workers", type=int, default=None, help="plan this many workers (default: the heuristic's)")
     parser.add_argument("--json")
     args = parser.parse_args()
     reports = []
@@ -151,12 +175,12 @@ def main() -> None:
         parts = text.split(",")
         b, n, h, q = (int(x) for x in parts[:4])
         case = Case(b, n, h, q, fp8="fp8" in parts[4:])
-        rep = timeline(case, max(args.calls, 3 * len(case.items)))
+        rep = timeline(case, max(args.calls, 3 * len(case.items)), args.workers)
         reports.append(rep)
         print(f"case {text}: {rep['workers']} workers, {rep['calls']} calls")
-        for row in rep["per_call"][1:4]:
+        for row in rep["per_call"][1:3]:
             print(f"  call {row['call_us']} us, gap to next call's first post-wait {row['gap_to_next_us']} us")
-            for name in STAMPS + ["first_piece_loop_us", "next_entry_vs_exit_us"]:
+            for name in STAMPS[1:] + ["first_piece_loop_us", "next_entry_vs_exit_us", "by_sm"]:
                 print(f"    {name:22s} {row[name]}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(reports, indent=1))
