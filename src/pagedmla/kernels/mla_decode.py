@@ -524,9 +524,6 @@ def _mla_decode_kernel(
                          + offs_d[None, :], acc * inv[:, None], mask=m_ok[:, None])
                 tl.store(part_lse_ptr + slot * stride_pl_s + offs_e, lse, mask=m_ok)
         b += 1
-    if PDL:
-        # the combine's launch may start now: every program has issued its last store
-        gdc_launch_dependents()
 
 
 @triton.jit(do_not_specialize=["batch", "num_heads", "num_workers"])

@@ -29,7 +29,7 @@ Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from .gluon_common import launch_dependents, wait_for_prior_grid
+from .gluon_common import wait_for_prior_grid
 from .mla_sparse_decode_ring import (
     BLOCK_M,
     BLOCK_N,
@@ -180,5 +180,3 @@ def _mla_decode_ring_kernel(
                          stride_lt_b, stride_b_b, stride_b_s, stride_r_b, stride_r_s, stride_s_b, stride_s_s,
                          PAGE_SIZE, ROPE_OFF, HAS_SINK, NUM_SLOTS)
         b += 1
-    # the combine's launch may start now: every program has issued its last store
-    launch_dependents(w)

@@ -43,7 +43,6 @@ from .gluon_common import (
     D_ROPE,
     LN2,
     LOG2E,
-    launch_dependents,
     mma_layout,
     opaque_zero,
     wait_for_prior_grid,
@@ -313,8 +312,6 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
                          + d[None, :], out)
                 if C == 0:
                     gl.store(part_lse_ptr + slot * stride_pl_s + t * BLOCK_M + rows, lse)
-    # the combine's launch may start now (see `mla_decode_ring`)
-    launch_dependents(w)
 
 
 # like `_mla_decode_kernel`: no recompile when a size becomes 1 or changes its divisibility by 16 (a multi-second
