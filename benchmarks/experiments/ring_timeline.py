@@ -160,6 +160,9 @@ def timeline(case: Case, calls: int, workers: int | None = None) -> dict:
         row["next_entry_vs_exit_us"] = _pct(nxt[:, 0] - int(s[:, 5].max()))
         row["by_sm"] = _by_sm(s)
         report["per_call"].append(row)
+    # one call's raw stamps (ns; column 6: the SM id) and the programs' schedule rows, for offline analysis
+    report["raw_call"] = stamps[used // 2].cpu().tolist()
+    report["schedule"] = plan.schedule[1:1 + num_workers].cpu().tolist()
     return report
 
 
