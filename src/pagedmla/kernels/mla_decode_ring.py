@@ -29,7 +29,7 @@ Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from .gluon_common import wait_for_prior_grid
+from .gluon_common import launch_dependents, wait_for_prior_grid
 from .mla_sparse_decode_ring import (
     BLOCK_M,
     BLOCK_N,
@@ -159,6 +159,7 @@ def _mla_decode_ring_kernel(
     # that kernel is done. (It does not let the combine launch early: a grid of fewer programs than SMs would
     # then have the combine's programs crowd onto the idle SMs, waiting, and run there only.)
     wait_for_prior_grid(w)
+    launch_dependents(w)
     lat_s, rope_s, sc_s, lat_bf, q_s, qr_s, idx_s = _ring_buffers(q_ptr, blocks_ptr, NUM_SLOTS)
     sched = schedule_ptr + (1 + w) * 4
     first_seq = gl.load(sched)
