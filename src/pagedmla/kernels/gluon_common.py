@@ -35,12 +35,3 @@ def wait_for_prior_grid(i):
     `i`: any int32 scalar (the instruction needs an operand to hang on)."""
     gl.inline_asm_elementwise("griddepcontrol.wait; mov.b32 $0, $1;", "=r,r", [i], dtype=gl.int32, is_pure=False,
                               pack=1)
-
-
-@gluon.jit
-def launch_dependents(i):
-    """Let the kernel launched after this one as a programmatic dependent be scheduled once every program of
-    this grid has called this (or exited); that kernel still waits for this one's end before reading anything
-    (a no-op without such a dependent). `i`: any int32 scalar."""
-    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; mov.b32 $0, $1;", "=r,r", [i], dtype=gl.int32,
-                              is_pure=False, pack=1)

@@ -28,9 +28,8 @@ Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-from .gluon_common import launch_dependents, wait_for_prior_grid
+from .gluon_common import wait_for_prior_grid
 from .mla_sparse_decode_ring import (
     BLOCK_M,
     BLOCK_N,
@@ -66,13 +65,12 @@ def _visible_range(q_pos, num_keys, mask_code, window):
 @gluon.jit
 def _stage_q(dst, q_ptr, row_start, num_rows, num_heads, stride_q_t, stride_q_h, COL0: gl.constexpr,
              WIDTH: gl.constexpr, layout: gl.constexpr):
-    """Asynchronous copy of columns `[COL0, COL0 + WIDTH)` of the sequence's rows (row r: token
-    row_start + r // num_heads, head r % num_heads) into `dst` `[16, WIDTH]`; rows past num_rows are zeros.
-    Issued before the ring's first copies, it lands with the first key block (same copy group)."""
+    """Columns `[COL0, COL0 + WIDTH)` of the sequence's rows (row r: token row_start + r // num_heads, head
+    r % num_heads) into `dst` `[16, WIDTH]`; rows past num_rows are zeros."""
     r = gl.arange(0, BLOCK_M, gl.SliceLayout(1, layout))
     off = (row_start + r // num_heads).to(gl.int64) * stride_q_t + (r % num_heads).to(gl.int64) * stride_q_h + COL0
     cols = gl.arange(0, WIDTH, gl.SliceLayout(0, layout))
-    async_copy.async_copy_global_to_shared(dst, q_ptr + off[:, None] + cols[None, :], mask=(r < num_rows)[:, None])
+    dst.store(gl.load(q_ptr + off[:, None] + cols[None, :], mask=(r < num_rows)[:, None], other=0.0))
 
 
 @gluon.jit
@@ -109,15 +107,13 @@ def _decode_sequence(b, w, first_seq, first_key, last_seq, stop_key, q_ptr, out_
         table_row = lookup_ptr + b.to(gl.int64) * stride_lt_b
         # the previous sequence's last block is read by every warp before its slots and q are overwritten
         gl.thread_barrier()
-        # q first: its rows' addresses are known now, the first key block's only after a table load
-        _stage_q(q_s, q_ptr, row_start, num_rows, num_heads, stride_q_t, stride_q_h, 0, D_LAT, _lat_copy())
-        _stage_q(qr_s, q_ptr, row_start, num_rows, num_heads, stride_q_t, stride_q_h, D_LAT, D_ROPE,
-                 _rope_copy())
         _ring_prologue(lat_s, rope_s, sc_s, idx_s, table_row, 0, lo, hi, key_lo, key_hi, pool_pages, blocks_ptr,
                        rope_ptr, scales_ptr, layer_off, r_layer_off, s_layer_off, stride_b_b, stride_b_s,
                        stride_r_b, stride_r_s, stride_s_b, stride_s_s, PAGE_SIZE, ROPE_OFF, NUM_SLOTS, True)
-        # q's copies are in the first group (with the first block's)
-        async_copy.wait_group(NUM_SLOTS - 2)
+        # q while the first copies fly
+        _stage_q(q_s, q_ptr, row_start, num_rows, num_heads, stride_q_t, stride_q_h, 0, D_LAT, _lat_copy())
+        _stage_q(qr_s, q_ptr, row_start, num_rows, num_heads, stride_q_t, stride_q_h, D_LAT, D_ROPE,
+                 _rope_copy())
         gl.thread_barrier()
         q_rope = qr_s.load(gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2))
         acc0, acc1, acc2, acc3, m_i, l_cols = _ring_loop(
@@ -163,7 +159,6 @@ def _mla_decode_ring_kernel(
     # that kernel is done. (It does not let the combine launch early: a grid of fewer programs than SMs would
     # then have the combine's programs crowd onto the idle SMs, waiting, and run there only.)
     wait_for_prior_grid(w)
-    launch_dependents(w)
     lat_s, rope_s, sc_s, lat_bf, q_s, qr_s, idx_s = _ring_buffers(q_ptr, blocks_ptr, NUM_SLOTS)
     sched = schedule_ptr + (1 + w) * 4
     first_seq = gl.load(sched)
