@@ -11,6 +11,11 @@ if not torch.cuda.is_available():
 
 HAS_CUDA = torch.cuda.is_available()
 
+import triton
+import triton.language as tl
+
+from pagedmla.kernels.common import gdc_launch_dependents
+
 
 def pytest_collection_modifyitems(config, items):
     if HAS_CUDA:
@@ -40,3 +45,36 @@ def call_counter(monkeypatch):
         monkeypatch.setattr(owner, name, counted)
         return calls
     return count
+
+
+@triton.jit
+def _late_copy_kernel(src, dst, n, spin_ns, BLOCK: tl.constexpr):
+    """Copy `src` to `dst` (grid-stride) after letting a next kernel launched as a programmatic dependent be
+    scheduled, and after spinning for `spin_ns`: a next kernel that read `dst` without waiting for this one would
+    read the old values."""
+    gdc_launch_dependents()
+    t0 = tl.extra.cuda.globaltimer()
+    t = t0
+    while t - t0 < spin_ns:
+        t = tl.extra.cuda.globaltimer()
+    for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+
+
+@pytest.fixture
+def late_copy():
+    """`late_copy(new, target, call)` (GPU): a kernel lets its programmatic dependents launch, spins for 3 ms (far
+    longer than the host takes to launch a warmed-up `call()`), then copies `new` into `target`; `call()` is
+    launched right behind it. Kernels of `call` that read before waiting for the kernel before them see the old
+    `target`. Afterwards `target` equals `new` (checked)."""
+    def run(new, target, call):
+        # bytes of one-byte types (FP8 caches): copied and compared as they are
+        new, target = (x.view(torch.uint8) if x.element_size() == 1 else x for x in (new, target))
+        _late_copy_kernel[(64,)](target, target, 0, 0, BLOCK=1024)  # compiled before the timed part
+        torch.cuda.synchronize()
+        _late_copy_kernel[(64,)](new, target, target.numel(), 3_000_000, BLOCK=1024)
+        call()
+        torch.cuda.synchronize()
+        assert torch.equal(target, new)
+    return run

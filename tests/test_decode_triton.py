@@ -31,7 +31,7 @@ from pagedmla.configs.decode import (
     heuristic,
 )
 from pagedmla.kernels import mla_decode
-from pagedmla.kernels.common import GDC_AVAILABLE, gdc_launch_dependents
+from pagedmla.kernels.common import GDC_AVAILABLE
 from pagedmla.masks import visible
 from pagedmla.ops import _triton_decode
 from pagedmla.ops._dispatch import interpreter_enabled
@@ -488,26 +488,11 @@ def test_gpu_cuda_graph_replay(heads):
     run_graph_replay(steps, heads, rows=4, max_q=2, seed=53)
 
 
-@triton.jit
-def _late_copy_kernel(src, dst, n, spin_ns, BLOCK: tl.constexpr):
-    """Copy `src` to `dst` (grid-stride) after letting a next kernel launched as a programmatic dependent be
-    scheduled, and after spinning for `spin_ns`: a next kernel that read `dst` without waiting for this one would
-    read the old values."""
-    gdc_launch_dependents()
-    t0 = tl.extra.cuda.globaltimer()
-    t = t0
-    while t - t0 < spin_ns:
-        t = tl.extra.cuda.globaltimer()
-    for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not GDC_AVAILABLE, reason="this Triton has no grid dependency control")
 @pytest.mark.parametrize("heads,parts,kernel", [(16, "two-per-sm", "ring"), (128, None, "ws"), (16, 7, "triton")])
 @pytest.mark.parametrize("written", ["q", "cache"])
-def test_gpu_decode_waits_for_the_kernel_before(heads, parts, kernel, written, call_counter):
+def test_gpu_decode_waits_for_the_kernel_before(heads, parts, kernel, written, call_counter, late_copy):
     """On Hopper the decode kernels and the combine are programmatic dependent launches (their launch overlaps
     the previous kernel's end), so each must read q and the cache only after the kernel before it has finished.
     Right before the decode's launcher, a kernel lets its dependents launch, spins for 3 ms (far longer than the
@@ -531,10 +516,7 @@ def test_gpu_decode_waits_for_the_kernel_before(heads, parts, kernel, written, c
                                      qk_rope_head_dim=64)
 
     decode()  # compiled before the timed part: a compile would outlast the spin
-    _late_copy_kernel[(64,)](target, target, 0, 0, BLOCK=1024)
-    torch.cuda.synchronize()
-    _late_copy_kernel[(64,)](new, target, target.numel(), 3_000_000, BLOCK=1024)
-    decode()
+    late_copy(new, target, decode)
     torch.cuda.synchronize()
     assert torch.equal(target, new)
     want, want_lse = reference(pb, q, rope=64)

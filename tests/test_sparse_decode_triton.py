@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import pagedmla as pm
+from pagedmla.kernels.common import GDC_AVAILABLE
 from pagedmla.reference.attention import apply_sink
 from pagedmla.reference.decode import _query_rows, _sparse_keys
 from pagedmla.reference.decode import mla_decode_kv_cache_ragged as reference_decode
@@ -475,11 +476,6 @@ def _ring_case(heads, dtype, *, cache, new, lengths, page_size=64, sink=False, c
     idx = _index_rows(pb, topk, lengths, gen)
     q = (torch.randn(pb.num_rows, heads, V32_RANK + V32_ROPE, generator=gen) * q_mult).to(q_dtype)
     sink_t = torch.randn(heads, generator=gen) if sink else None
-    kw = {"mask": "null", "indices": idx, "topk_lengths": torch.tensor(lengths, dtype=I32), "q_scale": None,
-          "per_token_scale_rope_aware": rope_aware, "qk_rope_head_dim": V32_ROPE, "attn_sink": sink_t}
-    want, want_lse = _reference32(q, pb.input_row_offsets, kv, 1, 0.1, kw)
-    low, low_lse = _lowprec(q, None, kv, 1, idx, lengths, {"offsets": pb.input_row_offsets.tolist()}, 0.1, sink_t,
-                            V32_RANK, rope_aware, V32_ROPE)
     host_kv = kv
     kv = kv.replace(blocks=kv.blocks.to(dev), scales=None if kv.scales is None else kv.scales.to(dev),
                     cache_lengths=kv.cache_lengths.to(dev), lookup_table=kv.lookup_table.to(dev))
@@ -489,17 +485,28 @@ def _ring_case(heads, dtype, *, cache, new, lengths, page_size=64, sink=False, c
     if config is None:
         got, got_lse = pm.mla_decode_kv_cache_ragged(
             q.to(dev), pb.input_row_offsets.to(dev), kv, 1, 0.1, mask="null", output=got, indices=idx.to(dev),
-            topk_lengths=kw["topk_lengths"].to(dev), attn_sink=sink_dev, qk_rope_head_dim=V32_ROPE,
+            topk_lengths=torch.tensor(lengths, dtype=I32, device=dev), attn_sink=sink_dev, qk_rope_head_dim=V32_ROPE,
             per_token_scale_rope_aware=rope_aware, num_partitions=parts, return_lse=True, backend="triton")
     else:
         sparse_decode(q.to(dev), pb.input_row_offsets.to(dev), kv.blocks, kv.cache_lengths, kv.lookup_table, kv.scales,
                       1, 0.1, 0, -1, config.num_splits, got, got_lse, qk_rope_head_dim=V32_ROPE, rope_aware=rope_aware,
-                      indices=idx.to(dev), topk_lengths=kw["topk_lengths"].to(dev), attn_sink=sink_dev,
+                      indices=idx.to(dev), topk_lengths=torch.tensor(lengths, dtype=I32, device=dev), attn_sink=sink_dev,
                       config=config)
-    eps = _bf16_eps(want, [host_kv], rope_aware, V32_ROPE)
+    _check_layer1(q, pb.input_row_offsets, host_kv, idx, lengths, sink_t, rope_aware, got, got_lse)
+    return got, got_lse
+
+
+def _check_layer1(q, offsets, kv, idx, lengths, sink, rope_aware, got, got_lse):
+    """`got` / `got_lse` (any device) of a sparse decode of layer 1 (scale 0.1, V3.2 dims) against the float32
+    reference on the host tensors q, offsets, kv, idx (a bf16 q with the rope-aware FP8 row when `rope_aware`)."""
+    kw = {"mask": "null", "indices": idx, "topk_lengths": torch.tensor(lengths, dtype=I32), "q_scale": None,
+          "per_token_scale_rope_aware": rope_aware, "qk_rope_head_dim": V32_ROPE, "attn_sink": sink}
+    want, want_lse = _reference32(q, offsets, kv, 1, 0.1, kw)
+    low, low_lse = _lowprec(q, None, kv, 1, idx, lengths, {"offsets": offsets.tolist()}, 0.1, sink, V32_RANK,
+                            rope_aware, V32_ROPE)
+    eps = _bf16_eps(want, [kv], rope_aware, V32_ROPE)
     assert_close_to_reference(got.float().cpu(), want, _envelope(low, want, -1), eps=eps)
     assert_close_to_reference(got_lse.cpu(), want_lse, _envelope(low_lse, want_lse, -1), eps=1e-4, name="lse")
-    return got, got_lse
 
 
 RING_CASES = [
@@ -716,6 +723,60 @@ def test_sparse_ring_heuristic():
     assert ring_config(num_groups=128, topk=2048, num_sms=132, slots=3).num_splits == 1
     assert heuristic(rows_per_group=32, num_groups=64, **kw).ring_slots == 0
     assert heuristic(rows_per_group=16, num_groups=128, **{**kw, "ring": False}).ring_slots == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GDC_AVAILABLE, reason="this Triton has no grid dependency control")
+@pytest.mark.parametrize("kernel", ["ring", "ws", "triton"])
+@pytest.mark.parametrize("written", ["q", "cache", "indices"])
+def test_gpu_sparse_decode_waits_for_the_kernel_before(kernel, written, call_counter, late_copy):
+    """On Hopper the sparse decode kernels and their combine are programmatic dependent launches (each launch
+    overlaps the previous kernel's end), so each must touch q, the cache and the indices only after the kernel
+    before it has finished. A kernel right before the launcher lets its dependents launch, spins for 3 ms and
+    only then writes the new q, cache or index rows (see the `late_copy` fixture): a kernel (ring at 16 heads,
+    warp-specialized at 64 heads of the rope-aware FP8 row, Triton at 32 heads) that read before waiting would
+    see the old values. Split in three, so the combine runs too."""
+    from pagedmla.ops import _triton_sparse_decode
+    from pagedmla.ops._triton_sparse_decode import sparse_decode
+
+    heads, fp8 = {"ring": (16, False), "ws": (64, True), "triton": (32, False)}[kernel]
+    launches = {"ring": call_counter(_triton_sparse_decode, "_launch_ring"),
+                "ws": call_counter(_triton_sparse_decode, "_launch_ws")}
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(11)
+    lengths = [700, 1200, 256]
+    pb = make_paged_batch([900, 1500, 300], [1, 1, 1], head_size=V32_RANK + V32_ROPE, page_size=64, seed=11,
+                          num_layers=2, dtype=torch.float32 if fp8 else torch.bfloat16)
+    host_kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=V32_ROPE) if fp8 else pb.kv
+    idx = _index_rows(pb, 1280, lengths, gen)
+    q = torch.randn(pb.num_rows, heads, V32_RANK + V32_ROPE, generator=gen).bfloat16()
+    kv = host_kv.replace(blocks=host_kv.blocks.to(dev), scales=None if not fp8 else host_kv.scales.to(dev),
+                         cache_lengths=host_kv.cache_lengths.to(dev), lookup_table=host_kv.lookup_table.to(dev))
+    q_d, idx_d, offsets = q.to(dev), idx.to(dev), pb.input_row_offsets.to(dev)
+    lengths_d = torch.tensor(lengths, dtype=I32, device=dev)
+    if written == "q":
+        target, new = q_d, (torch.randn(q.shape, generator=gen) * 2).bfloat16().to(dev)
+    elif written == "cache":
+        # every key negated (NaN stays NaN): the e4m3 latent's sign bits flipped, the bf16 rows negated
+        target, new = kv.blocks, -kv.blocks if not fp8 else kv.blocks.view(torch.uint8).clone()
+        if fp8:
+            new[..., :V32_RANK] ^= 0x80
+            new = new.view(kv.blocks.dtype)
+    else:
+        target, new = idx_d, _index_rows(pb, 1280, lengths, gen).to(dev)
+    out = torch.full((pb.num_rows, heads, V32_RANK), float("nan"), dtype=torch.bfloat16, device=dev)
+    lse = torch.full((pb.num_rows, heads), float("nan"), device=dev)
+
+    def decode():
+        sparse_decode(q_d, offsets, kv.blocks, kv.cache_lengths, kv.lookup_table, kv.scales, 1, 0.1, 0, -1, 3, out,
+                      lse, qk_rope_head_dim=V32_ROPE, rope_aware=fp8, indices=idx_d, topk_lengths=lengths_d)
+
+    decode()  # compiled before the timed part: a compile would outlast the spin
+    late_copy(new, target, decode)
+    host_kv = host_kv.replace(blocks=kv.blocks.cpu())
+    _check_layer1(q_d.cpu(), pb.input_row_offsets, host_kv, idx_d.cpu(), lengths, None, fp8, out, lse)
+    assert {name: count[0] for name, count in launches.items()} == {
+        name: 2 if name == kernel else 0 for name in launches}
 
 
 # ---- the warp-specialized Gluon kernel (64-row tiles, rope-aware FP8 row, bf16 q; Hopper) ----

@@ -33,7 +33,7 @@ Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave
 import triton
 import triton.language as tl
 
-from .common import dot, ragged_search, split_logits
+from .common import dot, gdc_launch_dependents, gdc_wait, ragged_search, split_logits
 from .fp8 import _cast, _dequant, _load_scales, _softmax_update
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -204,9 +204,13 @@ def _mla_sparse_decode_kernel(
     FOLD: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_SINK: tl.constexpr, Q_SCALED: tl.constexpr,
     SPLIT_QS: tl.constexpr, SPLIT: tl.constexpr, SEARCH_STEPS: tl.constexpr, CD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr, IEEE: tl.constexpr,
-    PREFETCH_INDICES: tl.constexpr,
+    PREFETCH_INDICES: tl.constexpr, PDL: tl.constexpr = False,
 ):
-    """Program (group x row tile, split): the tile's rows against the split's share of the group's indices."""
+    """Program (group x row tile, split): the tile's rows against the split's share of the group's indices.
+    PDL (Hopper): launched as a programmatic dependent of the kernel before it, whose end it waits for before
+    reading or writing anything (see `pagedmla.kernels.mla_decode_ring`)."""
+    if PDL:
+        gdc_wait()
     pid = tl.program_id(0)
     split = tl.program_id(1)
     tile = pid % num_tiles
@@ -298,9 +302,14 @@ def _mla_sparse_decode_combine_kernel(
     stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_t, stride_po_h, stride_pl_s,
     stride_pl_t,
     BLOCK_R: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_S: tl.constexpr, HAS_SINK: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
 ):
-    """Program (rows block, columns block): merge the splits' normalized partials of rows `g * H + h` by LSE."""
+    """Program (rows block, columns block): merge the splits' normalized partials of rows `g * H + h` by LSE.
+    PDL: launched as a programmatic dependent of the decode kernel; it waits for that kernel's writes, then lets
+    the next kernel launched that way be scheduled."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     offs_d = tl.program_id(1) * BLOCK_DV + tl.arange(0, BLOCK_DV)
     r_ok = offs_r < num_rows

@@ -46,7 +46,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
 from .fp8 import E4M3X4_TO_BF16_ASM
-from .gluon_common import LN2, LOG2E
+from .gluon_common import LN2, LOG2E, wait_for_prior_grid
 
 BLOCK_M = gl.constexpr(16)
 BLOCK_N = gl.constexpr(32)
@@ -548,6 +548,9 @@ def _mla_sparse_decode_ring_kernel(
     layout: gl.constexpr = _mma()
     tok = gl.program_id(0)
     split = gl.program_id(1)
+    # launched as a programmatic dependent on Hopper: nothing is read or written before the previous kernel is
+    # done (see `mla_decode_ring`)
+    wait_for_prior_grid(tok)
     lat_s, rope_s, sc_s, lat_bf, q_s, qr_s, idx_s = _ring_buffers(q_ptr, blocks_ptr, NUM_SLOTS)
 
     b = _sequence_of(offsets_ptr, tok, batch)

@@ -44,7 +44,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from .fp8 import E4M3X4_TO_BF16_ASM
-from .gluon_common import BLOCK_M, COLS, D_LAT, D_ROPE, LN2, LOG2E, mma_layout, opaque_zero
+from .gluon_common import BLOCK_M, COLS, D_LAT, D_ROPE, LN2, LOG2E, mma_layout, opaque_zero, wait_for_prior_grid
 from .mla_sparse_decode_ring import _idx_copy, _rope_copy, _row_offset, _sequence_of, _smem8
 
 BLOCK_N = gl.constexpr(32)
@@ -180,6 +180,9 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, q_s, qr_s, k_s, kr_s, p_s, stage
     p_op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     pid = gl.program_id(0)
     split = gl.program_id(1)
+    # launched as a programmatic dependent on Hopper (see `mla_decode_ws`): each partition waits for the previous
+    # kernel before reading or writing memory
+    wait_for_prior_grid(pid)
     tok = pid // num_tiles
     head0 = pid % num_tiles * BLOCK_M
     b = _sequence_of(offsets_ptr, tok, batch)

@@ -71,12 +71,13 @@ def _num_sms(device: torch.device) -> int:
 
 
 def programmatic_launch(device: torch.device, interpret: bool) -> bool:
-    """Whether the dense decode kernels and the combine are launched as programmatic dependents: on Hopper with
-    a Triton that has grid dependency control, unless `configs.decode.PROGRAMMATIC_LAUNCH` is off."""
+    """Whether the decode kernels (dense and sparse) and their combines are launched as programmatic dependents:
+    on Hopper with a Triton that has grid dependency control, unless `configs.decode.PROGRAMMATIC_LAUNCH` is
+    off."""
     return decode_configs.PROGRAMMATIC_LAUNCH and GDC_AVAILABLE and not interpret and is_hopper(device)
 
 
-def _pdl_launch(pdl: bool) -> dict:
+def pdl_kwargs(pdl: bool) -> dict:
     """Launch keywords for a programmatic dependent launch (none otherwise: Triton before 3.4 has no such
     keyword)."""
     return {"launch_pdl": True} if pdl else {}
@@ -259,7 +260,7 @@ def _launch_ring(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         part_out.stride(1), part_lse.stride(0), lookup_table.stride(0), blocks.stride(0), blocks.stride(2),
         blocks.stride(3), rope.stride(0), rope.stride(2), rope.stride(3), *s_strides,
         PAGE_SIZE=blocks.shape[3], ROPE_OFF=rope_off, HAS_SINK=has_sink, NUM_SLOTS=slots, num_warps=4,
-        **_pdl_launch(pdl))
+        **pdl_kwargs(pdl))
 
 
 def decode_ws_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx: int) -> bool:
@@ -291,7 +292,7 @@ def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_
         batch, q.shape[1], num_tiles, mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows,
         layer_row0, lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
         part_out.stride(0), part_out.stride(1), part_lse.stride(0),
-        HAS_SINK=sink is not lse, CONSUMER_REGS=240, num_warps=4, **_pdl_launch(pdl))
+        HAS_SINK=sink is not lse, CONSUMER_REGS=240, num_warps=4, **pdl_kwargs(pdl))
 
 
 def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx: int, scale: float,
@@ -387,7 +388,7 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
             LAT_GS=modes[2], ROPE_MODE=modes[3], ROPE_NG=modes[4], ROPE_GS=modes[5], CD=_TL_DTYPES[cd],
             ROPE_AWARE=rope_aware, ROPE_OFF=rope_off, Q_ROPE_OFF=q_rope_off, SPLIT_QS=q_fp8 and rope_aware,
             PREFETCH_TABLE=cfg.prefetch_table, UNMASKED_INTERIOR=cfg.unmasked_interior, PDL=pdl,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **_pdl_launch(pdl),
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(pdl),
             **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     if split:
         _launch_combine(out, lse, input_row_offsets, schedule, sink, part_out, part_lse, batch=batch,
@@ -413,7 +414,7 @@ def _launch_combine(out, lse, input_row_offsets, schedule, sink, part_out, part_
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), part_out.stride(0), part_out.stride(1),
         part_lse.stride(0),
         BLOCK_R=ccfg.block_r, BLOCK_DV=ccfg.block_dv, BLOCK_P=ccfg.block_p, HAS_SINK=has_sink, PDL=pdl,
-        num_warps=ccfg.num_warps, **_pdl_launch(pdl))
+        num_warps=ccfg.num_warps, **pdl_kwargs(pdl))
 
 
 def decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,

@@ -26,6 +26,7 @@ from ._dispatch import (
     ring_layout_ok,
 )
 from ._fp8_tiles import _FP8, _TL_DTYPES, _is_pow2, _tile_mode, compute_dtype
+from ._triton_decode import pdl_kwargs, programmatic_launch
 
 _RING_AVAILABLE = gluon_kernels_available()
 if _RING_AVAILABLE:
@@ -108,9 +109,9 @@ def sparse_ws_ready(q, blocks, out, scales, q_scale, *, rope_aware: bool, has_ex
 
 
 def _launch_ws(q, out, lse, part_out, part_lse, offsets, sink, indices, topk_lengths, stream, layer_idx: int,
-               scale: float, splits: int, part_strides: tuple, has_sink: bool, fold: bool) -> None:
+               scale: float, splits: int, part_strides: tuple, has_sink: bool, fold: bool, pdl: bool) -> None:
     """`_mla_sparse_decode_ws_kernel` over (tokens x 64-head tiles, splits), writing `out` / `lse` or the
-    partials; `stream` is the cache as `_stream` returns it."""
+    partials; `stream` is the cache as `_stream` returns it; `pdl`: a programmatic dependent launch."""
     blocks, rope, scales, strides, rope_off = stream[:5]
     page_size = blocks.shape[3]
     q2d = _ws_q_rows(q)
@@ -126,13 +127,13 @@ def _launch_ws(q, out, lse, part_out, part_lse, offsets, sink, indices, topk_len
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), *part_strides,
         indices.stride(0), indices.stride(1), *strides,
         PAGE_SIZE=page_size, ROPE_OFF=rope_off, FOLD=fold, HAS_SINK=has_sink, SPLIT=splits > 1,
-        CONSUMER_REGS=240, num_warps=4)
+        CONSUMER_REGS=240, num_warps=4, **pdl_kwargs(pdl))
 
 
 def _launch_ring(q, out, lse, part_out, part_lse, offsets, sink, indices, topk_lengths, stream, layer_idx: int,
-                 scale: float, splits: int, part_strides: tuple, has_sink: bool, slots: int) -> None:
+                 scale: float, splits: int, part_strides: tuple, has_sink: bool, slots: int, pdl: bool) -> None:
     """`_mla_sparse_decode_ring_kernel` over (query rows, splits), writing `out` / `lse` or the partials; `stream`
-    is the cache as `_stream` returns it."""
+    is the cache as `_stream` returns it; `pdl`: a programmatic dependent launch."""
     blocks, rope, scales, strides, rope_off = stream[:5]
     page_size = blocks.shape[3]
     _mla_sparse_decode_ring_kernel[(q.shape[0], splits)](
@@ -141,7 +142,8 @@ def _launch_ring(q, out, lse, part_out, part_lse, offsets, sink, indices, topk_l
         min(blocks.shape[0] * page_size, 2**31 - 1), indices.shape[1],
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), *part_strides,
         indices.stride(0), indices.stride(1), *strides,
-        PAGE_SIZE=page_size, ROPE_OFF=rope_off, HAS_SINK=has_sink, SPLIT=splits > 1, NUM_SLOTS=slots, num_warps=4)
+        PAGE_SIZE=page_size, ROPE_OFF=rope_off, HAS_SINK=has_sink, SPLIT=splits > 1, NUM_SLOTS=slots, num_warps=4,
+        **pdl_kwargs(pdl))
 
 
 def _split_count(num_partitions: int, default: int) -> int:
@@ -242,12 +244,15 @@ def sparse_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, sca
     pool_rows = min(blk.shape[0] * page_size, 2**31 - 1)
     x_pool_rows = min(x_blk.shape[0] * x_page_size, 2**31 - 1)
     q_fp8 = q.dtype == _FP8
+    # programmatic dependent launches on Hopper (see docs/layout.md): each kernel's launch overlaps the previous
+    # kernel's end, and it waits for that kernel before touching memory
+    pdl = programmatic_launch(q.device, interpret)
     if cfg.ws:
         _launch_ws(q, out, lse, part_out, part_lse, input_row_offsets, sink, indices, topk_lengths, main, layer_idx,
-                   scale, splits, po_strides + pl_strides, attn_sink is not None, fold)
+                   scale, splits, po_strides + pl_strides, attn_sink is not None, fold, pdl)
     elif cfg.ring_slots:
         _launch_ring(q, out, lse, part_out, part_lse, input_row_offsets, sink, indices, topk_lengths, main, layer_idx,
-                     scale, splits, po_strides + pl_strides, attn_sink is not None, cfg.ring_slots)
+                     scale, splits, po_strides + pl_strides, attn_sink is not None, cfg.ring_slots, pdl)
     else:
         _mla_sparse_decode_kernel[(num_groups * num_tiles, splits)](
             q, q_rope, q_scale if q_fp8 else q, out, lse, part_out, part_lse, input_row_offsets, sink,
@@ -266,8 +271,8 @@ def sparse_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, sca
             FOLD=fold, HAS_EXTRA=has_extra, HAS_SINK=attn_sink is not None, Q_SCALED=q_fp8,
             SPLIT_QS=q_fp8 and rope_aware, SPLIT=splits > 1, SEARCH_STEPS=max(1, batch.bit_length()),
             CD=_TL_DTYPES[cd], BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, INTERPRET=interpret,
-            IEEE=cd == torch.float32, PREFETCH_INDICES=cfg.prefetch_indices, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages)
+            IEEE=cd == torch.float32, PREFETCH_INDICES=cfg.prefetch_indices, PDL=pdl, num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages, **pdl_kwargs(pdl))
     if splits > 1:
         block_r, block_dv = combine_tile(cfg, splits, kv_lora_rank)
         grid = (triton.cdiv(num_rows * num_heads, block_r), kv_lora_rank // block_dv)
@@ -275,4 +280,5 @@ def sparse_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, sca
             out, lse, sink, part_out, part_lse, num_rows * num_heads, num_heads, splits,
             out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), *po_strides, *pl_strides,
             BLOCK_R=block_r, BLOCK_DV=block_dv, BLOCK_S=triton.next_power_of_2(splits),
-            HAS_SINK=attn_sink is not None, INTERPRET=interpret, num_warps=cfg.combine_num_warps)
+            HAS_SINK=attn_sink is not None, INTERPRET=interpret, PDL=pdl, num_warps=cfg.combine_num_warps,
+            **pdl_kwargs(pdl))
