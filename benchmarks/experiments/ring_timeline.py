@@ -166,13 +166,51 @@ def timeline(case: Case, calls: int, workers: int | None = None) -> dict:
     return report
 
 
+def sharing_bounds(report: dict) -> dict[str, float]:
+    """From one call's raw stamps: the latest first-piece loop end as run, and what it would have been had
+    programs shared their blocks (each group finishing when its summed block rate has done the group's blocks,
+    rates as measured): pairs (w, w + d), co-resident pairs, quads of consecutive ids, and all programs. Upper
+    bounds of what dynamic work sharing could gain (us after the first post-wait stamp)."""
+    raw = report["raw_call"]
+    n = len(raw)
+    t0 = min(r[1] for r in raw)
+    start = [(r[3] - t0) / 1000 for r in raw]
+    end = [(r[4] - t0) / 1000 for r in raw]
+    rate = [1 / (e - s) for s, e in zip(start, end)]  # pieces per us (a piece: the program's first)
+
+    def finish(groups):
+        return round(max(max(start[i] for i in g) + len(g) / sum(rate[i] for i in g) for g in groups), 2)
+
+    out = {"as_run": round(max(end), 2)}
+    for d in (1, 64, 132):
+        used, groups = set(), []
+        for i in range(n):
+            if i not in used:
+                g = (i, i + d) if i + d < n and i + d not in used else (i,)
+                used.update(g)
+                groups.append(g)
+        out[f"pairs_w_w+{d}"] = finish(groups)
+    by_sm: dict[int, list[int]] = {}
+    for i, r in enumerate(raw):
+        by_sm.setdefault(r[6], []).append(i)
+    out["pairs_same_sm"] = finish(list(by_sm.values()))
+    out["quads"] = finish([tuple(range(i, min(n, i + 4))) for i in range(0, n, 4)])
+    out["all"] = finish([tuple(range(n))])
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", action="append", required=True, help="B,N,H,q[,fp8]")
+    parser.add_argument("--case", action="append", default=[], help="B,N,H,q[,fp8]")
+    parser.add_argument("--bounds", help="print `sharing_bounds` of a JSON this script wrote, and exit")
     parser.add_argument("--calls", type=int, default=12)
     parser.add_argument("--workers", type=int, default=None, help="plan this many workers (default: the heuristic's)")
     parser.add_argument("--json")
     args = parser.parse_args()
+    if args.bounds:
+        for rep in json.loads(pathlib.Path(args.bounds).read_text()):
+            print(rep["case"], sharing_bounds(rep))
+        return
     reports = []
     for text in args.case:
         parts = text.split(",")

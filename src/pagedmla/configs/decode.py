@@ -51,10 +51,11 @@ class DecodeConfig:
     ring_slots: int = 0
 
 
-# Programmatic dependent launches of the dense decode kernels and the combine on Hopper (see docs/layout.md):
-# each kernel's launch overlaps the previous kernel's end and waits for it before reading anything. H200, `bench
-# decode`, A/B in one process (BENCHMARKS.md, fifteenth session): B1 N4096 16 heads 14.3 -> 12.8 us, B1 N16384
-# 17.0 -> 15.5, B64 N4096 84.7 -> 84.0; 128 heads within noise. False: plain launches.
+# Programmatic dependent launches of the decode kernels (dense and sparse) and their combines on Hopper (see
+# docs/layout.md): each kernel's launch overlaps the previous kernel's end and waits for it before reading
+# anything. H200, A/B in one process (BENCHMARKS.md): dense (fifteenth session) B1 N4096 16 heads 14.3 -> 12.8
+# us, B1 N16384 17.0 -> 15.5, B64 N4096 84.7 -> 84.0, 128 heads within noise; sparse (sixteenth) B1 16 heads
+# 16.2 -> 14.9 us, B64 84.2 -> 83.3. False: plain launches.
 PROGRAMMATIC_LAUNCH = True
 
 # the Gluon kernel's fixed tiling (64 rows, 64-key blocks, two 4-warp consumers; block_n, num_warps and
