@@ -39,7 +39,7 @@ def sparse(fp8: bool, block_m: int, block_n: int, warps: int, stages: int, prefe
                  X_G=640, X_LAT_MODE=0, X_LAT_NG=1, X_LAT_GS=512, X_ROPE_MODE=0, X_ROPE_NG=1, X_ROPE_GS=64,
                  FOLD=True, HAS_EXTRA=False, HAS_SINK=False, Q_SCALED=False, SPLIT_QS=False, SPLIT=False,
                  SEARCH_STEPS=8, CD=tl.bfloat16, BLOCK_M=block_m, BLOCK_N=block_n, INTERPRET=False, IEEE=False,
-                 PREFETCH_INDICES=prefetch)
+                 PREFETCH_INDICES=prefetch, PDL=True)
     return _mla_sparse_decode_kernel, types, const, warps, stages
 
 
@@ -185,6 +185,18 @@ def combine(block_p: int, block_r: int, block_dv: int, warps: int):
 
 CASES.update({f"combine-p{p}-r{r}-dv{d}-w{w}": partial(combine, p, r, d, w)
               for p, r, d, w in ((4, 8, 128, 4), (2, 8, 128, 4), (2, 4, 512, 4), (1, 16, 128, 4), (64, 1, 64, 4))})
+
+
+def sparse_combine(block_s: int = 4, block_r: int = 4, block_dv: int = 512, warps: int = 4):
+    """The split combine of the sparse decode (bf16 out, float32 partials, a sink)."""
+    from pagedmla.kernels.mla_sparse_decode import _mla_sparse_decode_combine_kernel
+    types = {"out_ptr": "*bf16", "lse_ptr": "*fp32", "sink_ptr": "*fp32", "part_out_ptr": "*fp32",
+             "part_lse_ptr": "*fp32"}
+    const = dict(BLOCK_R=block_r, BLOCK_DV=block_dv, BLOCK_S=block_s, HAS_SINK=True, INTERPRET=False, PDL=True)
+    return _mla_sparse_decode_combine_kernel, types, const, warps, 1
+
+
+CASES["sparse-combine"] = sparse_combine
 
 
 def split_dv(block_m: int, block_n: int, warps: int, stages: int, dv_splits: int, q_in_regs: bool = False):
