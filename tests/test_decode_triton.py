@@ -1027,6 +1027,11 @@ WS_CASES = [
     pytest.param(128, 64, [1000, 0, 63, 4000, 129, 7], [1, 2, 1, 1, 4, 0], id="H128-ps64-mtp"),
     pytest.param(64, 128, [2000, 127, 5, 700], [1, 2, 1, 3], id="H64-ps128-mtp"),
     pytest.param(128, 64, [(37 * i) % 700 for i in range(20)], [1 + i % 2 for i in range(20)], id="H128-ps64-B20"),
+    # heads that divide 64: a tile holds several tokens' heads (rows token * H + head), each row with its own mask
+    pytest.param(16, 64, [1000, 0, 63, 4000, 129, 7], [1, 2, 1, 3, 4, 0], id="H16-ps64-mtp"),
+    pytest.param(16, 128, [700, 2500, 90], [6, 1, 5], id="H16-ps128-two-tiles"),
+    pytest.param(32, 64, [2000, 127, 5, 700], [1, 2, 1, 2], id="H32-ps64-mtp"),
+    pytest.param(8, 64, [500, 60, 3000], [8, 3, 5], id="H8-ps64-q8"),
 ]
 
 
@@ -1106,8 +1111,8 @@ def test_warp_specialized_q_rows():
 
 def test_warp_specialized_dispatch_rules(monkeypatch):
     """`decode_ws_ready` on a Hopper GPU (patched in, so the rules run here on CPU tensors): the Gluon kernel
-    takes bf16 DeepSeek-dim calls with heads and page size multiples of 64 and TMA-readable tensors, nothing
-    else; off Hopper, nothing. The heuristic picks it only when the launcher says it can run."""
+    takes bf16 DeepSeek-dim calls with heads a multiple or a divisor of 64, page sizes multiples of 64 and
+    TMA-readable tensors, nothing else; off Hopper, nothing. The heuristic picks it only when the launcher says it can run."""
     q = torch.randn(2, 128, 576).to(torch.bfloat16)
     blocks = torch.randn(4, 1, 2, 64, 1, 576).to(torch.bfloat16)
     out = torch.empty(2, 128, 512, dtype=torch.bfloat16)
@@ -1121,7 +1126,9 @@ def test_warp_specialized_dispatch_rules(monkeypatch):
         return
     assert ready(q=q[:, :64].contiguous(), out=out[:, :64])  # 64 heads
     assert not ready(q=q[:, :64])  # a head range of a wider q: its rows are not at one stride
-    assert not ready(q=q[:, :96].contiguous(), out=out[:, :96])  # a tile would straddle two tokens
+    assert not ready(q=q[:, :96].contiguous(), out=out[:, :96])  # a tile would hold a token's heads partly
+    assert ready(q=q[:, :16].contiguous(), out=out[:, :16])  # 16 heads: a tile holds 4 tokens' heads
+    assert not ready(q=q[:, :24].contiguous(), out=out[:, :24])  # 24 does not divide 64
     assert not ready(blocks=torch.randn(16, 1, 2, 16, 1, 576).to(torch.bfloat16))  # 16-slot pages
     assert ready(blocks=torch.randn(2, 1, 2, 128, 1, 576).to(torch.bfloat16))  # 128-slot pages
     assert not ready(q=q.half(), blocks=blocks.half(), out=out.half())

@@ -52,9 +52,14 @@ BLOCK_N = gl.constexpr(64)
 
 
 @gluon.jit
-def _piece(schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, num_heads, mask_code, window):
-    """The key interval [lo, hi) of tile t's rows in worker w's piece of sequence b, the piece's flags (rows
-    present, whole sequence) and the tile's query row (token, first head). Every partition computes it."""
+def _piece(schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, num_heads, mask_code, window,
+           row_layout: gl.constexpr):
+    """Tile t of worker w's piece of sequence b. Row r of the tile is the sequence's query row t * 64 + r:
+    token (t * 64 + r) // H, head (t * 64 + r) % H (64 heads of one token when H is a multiple of 64; several
+    tokens' heads when H divides 64, e.g. 16 heads x 4 tokens). Returns (the tile has rows and keys, the piece
+    is the whole sequence, the rows' key range [lo, hi), k_lo, its blocks, the sequence's first q row, its
+    query tokens, each row's visible keys [lo_r, hi_r) in `row_layout`, the largest lo_r and smallest hi_r of
+    the tile's rows). Every partition computes it."""
     sched = schedule_ptr + (1 + w) * 4
     first_seq = gl.load(sched)
     first_key = gl.load(sched + 1)
@@ -65,24 +70,30 @@ def _piece(schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, num_heads, mas
     num_keys = gl.load(cache_lengths_ptr + b) + num_q
     seg_lo = gl.where(b == first_seq, first_key, 0)
     seg_hi = gl.where(b == last_seq, gl.minimum(stop_key, num_keys), num_keys)
-    tok = t * BLOCK_M // num_heads
-    active = (tok < num_q) & (seg_lo < seg_hi)
-    # the masks of pagedmla.masks for the tile's one query position (kernels.common.visible_range)
+    active = (t * BLOCK_M // num_heads < num_q) & (seg_lo < seg_hi)
+    # the masks of pagedmla.masks for each row's query position (kernels.common.visible_range)
+    tok = (t * BLOCK_M + gl.arange(0, BLOCK_M, row_layout)) // num_heads
     pos = num_keys - num_q + tok
     causal = (mask_code == 1) | (mask_code == 2) | (mask_code == 5)
     sliding = (mask_code == 2) | (mask_code == 3)
     chunked = (mask_code == 4) | (mask_code == 5)
     win = gl.maximum(window, 1)
-    lo = gl.where(sliding, pos - win + 1, 0)
-    lo = gl.where(chunked, pos // win * win, lo)
-    hi = gl.where(chunked, gl.minimum(num_keys, (pos // win + 1) * win), num_keys)
-    hi = gl.where(causal, gl.minimum(hi, pos + 1), hi)
-    lo = gl.maximum(gl.maximum(lo, 0), seg_lo)
-    hi = gl.minimum(hi, seg_hi)
+    lo_r = gl.where(sliding, pos - win + 1, 0)
+    lo_r = gl.where(chunked, pos // win * win, lo_r)
+    hi_r = gl.where(chunked, gl.minimum(num_keys, (pos // win + 1) * win), num_keys)
+    hi_r = gl.where(causal, gl.minimum(hi_r, pos + 1), hi_r)
+    # rows past the sequence's tokens see no key
+    row_ok = tok < num_q
+    lo_r = gl.where(row_ok, gl.maximum(gl.maximum(lo_r, 0), seg_lo), num_keys)
+    hi_r = gl.where(row_ok, gl.minimum(hi_r, seg_hi), 0)
+    lo = gl.min(lo_r, axis=0)
+    hi = gl.max(hi_r, axis=0)
+    lo_max = gl.max(gl.where(row_ok, lo_r, 0), axis=0)
+    hi_min = gl.min(gl.where(row_ok, hi_r, num_keys), axis=0)
     k_lo = lo - lo % BLOCK_N
     n_blocks = gl.where(active & (hi > lo), gl.cdiv(hi - k_lo, BLOCK_N), 0)
     whole = (seg_lo == 0) & (seg_hi == num_keys)
-    return active, whole, lo, hi, k_lo, n_blocks, row_start + tok, t * BLOCK_M % num_heads
+    return active, whole, lo, hi, k_lo, n_blocks, row_start, num_q, lo_r, hi_r, lo_max, hi_min
 
 
 @gluon.jit
@@ -106,9 +117,10 @@ def _page(lookup_row, k0, hi, page_size):
 
 
 @gluon.jit
-def _logits(q_s, qr_s, k_s, kr_s, k_ready, c, k0, lo, hi, qk_scale):
-    """Wait for block c's slot, zero its value rows outside [lo, hi) if it is an edge block, and return the
-    scaled, masked logits S = q k^T (64 x 64, computed by this consumer alone)."""
+def _logits(q_s, qr_s, k_s, kr_s, k_ready, c, k0, lo, hi, lo_r, hi_r, lo_max, hi_min, qk_scale):
+    """Wait for block c's slot, zero its value rows outside the tile's keys [lo, hi) if it is an edge block, and
+    return the scaled logits S = q k^T (64 x 64, computed by this consumer alone), each row masked to its keys
+    [lo_r, hi_r) where the block is an edge block of some row (`lo_max`, `hi_min`: the rows' innermost edges)."""
     s_layout: gl.constexpr = mma_layout(BLOCK_N)
     st = c % 2
     mbarrier.wait(k_ready.index(st), (c // 2) & 1)
@@ -130,9 +142,9 @@ def _logits(q_s, qr_s, k_s, kr_s, k_ready, c, k0, lo, hi, qk_scale):
     s = warpgroup_mma(q_s.index(1 + dyn), k_s.index(st * 2 + 1).permute((1, 0)), s, is_async=True)
     s = warpgroup_mma(qr_s, kr_s.index(st).permute((1, 0)), s, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,)) * qk_scale
-    if edge:
+    if (k0 < lo_max) | (k0 + BLOCK_N > hi_min):
         j = k0 + gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
-        s = gl.where(((j >= lo) & (j < hi))[None, :], s, float("-inf"))
+        s = gl.where((j[None, :] >= lo_r[:, None]) & (j[None, :] < hi_r[:, None]), s, float("-inf"))
     return s
 
 
@@ -165,8 +177,8 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
     pairs_b = 0  # pairs with a block b (got_b completes once per such pair)
     pieces = 0
     for b in range(first_seq, last_seq + 1):
-        active, whole, lo, hi, k_lo, n_blocks, q_tok, head0 = _piece(
-            schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, num_heads, mask_code, window)
+        active, whole, lo, hi, k_lo, n_blocks, row_start, num_q, lo_r, hi_r, lo_max, hi_min = _piece(
+            schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, num_heads, mask_code, window, row_layout)
         if active:
             m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
             l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
@@ -184,8 +196,9 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
                                     layer_row0)
                     mbarrier.wait(q_empty, (pieces & 1) ^ 1)
                     mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes + qr_desc.block_type.nbytes)
-                    # rows (token, heads head0..head0+63) of q viewed as [T * H, 576]
-                    q_row = q_tok * num_heads + head0
+                    # the tile's rows of q viewed as [T * H, 576] (row = token * H + head): the sequence's from
+                    # row_start * H on (rows past its tokens are another's or zeros; they see no key)
+                    q_row = row_start * num_heads + t * BLOCK_M
                     for ch in gl.static_range(2):
                         tma.async_copy_global_to_shared(q_desc, [q_row, COLS * ch], q_ready, q_s.index(ch))
                     tma.async_copy_global_to_shared(qr_desc, [q_row, D_LAT], q_ready, qr_s)
@@ -200,7 +213,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
                         # the next pair's table entries, loaded now for the copies issued at the end of this pair
                         page_a = _page(lookup_row, ka + 2 * BLOCK_N, hi, page_size)
                         page_b = _page(lookup_row, ka + 3 * BLOCK_N, hi, page_size)
-                        s = _logits(q_s, qr_s, k_s, kr_s, k_ready, c, ka, lo, hi, qk_scale)
+                        s = _logits(q_s, qr_s, k_s, kr_s, k_ready, c, ka, lo, hi, lo_r, hi_r, lo_max, hi_min, qk_scale)
                         m_a = gl.maximum(m_i, gl.max(s, axis=1))
                         p = gl.exp2(s - _no_inf(m_a)[:, None])
                         rs_a = gl.sum(p, axis=1)
@@ -246,7 +259,8 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
                         s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
                         if has_b:
                             # block b's logits run while consumer 0 works on block a
-                            s = _logits(q_s, qr_s, k_s, kr_s, k_ready, c + 1, ka + BLOCK_N, lo, hi, qk_scale)
+                            s = _logits(q_s, qr_s, k_s, kr_s, k_ready, c + 1, ka + BLOCK_N, lo, hi, lo_r, hi_r, lo_max,
+                                        hi_min, qk_scale)
                         mbarrier.wait(got_a, ph)
                         m_a = stats.index(0).load(row_layout)
                         rs_a = stats.index(1).load(row_layout)
@@ -292,26 +306,31 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
             m_use = _no_inf(m_i)
             l_safe = gl.where(has, l_i, 1.0)
             lse = gl.where(has, (m_i + gl.log2(l_safe)) * LN2, float("-inf"))
-            rows = gl.arange(0, BLOCK_M, row_layout)
+            # the tile's rows: the sequence's query rows t * 64 + r (token, head), those of its tokens written
+            rows = t * BLOCK_M + gl.arange(0, BLOCK_M, row_layout)
+            rows_ok = rows < num_q * num_heads
+            heads = rows % num_heads
             # the sink joins the denominator of whole sequences (without one, sink_ptr is any float32 buffer of H
             # values, loaded and dropped: a compile-time branch here failed to compile with Triton 3.6)
-            sink = gl.where(whole & HAS_SINK, gl.load(sink_ptr + head0 + rows) * LOG2E, float("-inf"))
+            sink = gl.where(whole & HAS_SINK, gl.load(sink_ptr + heads) * LOG2E, float("-inf"))
             denom = l_safe + gl.exp2(sink - m_use)
             inv = gl.where(has, 1.0 / denom, 0.0)
             out = acc * gl.convert_layout(inv, o_rows)[:, None]
-            r = gl.arange(0, BLOCK_M, o_rows)
+            r = t * BLOCK_M + gl.arange(0, BLOCK_M, o_rows)
+            r_ok = (r < num_q * num_heads)[:, None]
             d = COLS * C + gl.arange(0, COLS, gl.SliceLayout(0, o_layout))
             if whole:
-                gl.store(out_ptr + q_tok.to(gl.int64) * stride_o_t + (head0 + r).to(gl.int64)[:, None] * stride_o_h
-                         + d[None, :], out.to(out_ptr.dtype.element_ty))
+                o_row = (row_start + r // num_heads).to(gl.int64) * stride_o_t + (r % num_heads).to(gl.int64) * stride_o_h
+                gl.store(out_ptr + o_row[:, None] + d[None, :], out.to(out_ptr.dtype.element_ty), mask=r_ok)
                 if C == 0:
-                    gl.store(lse_ptr + q_tok.to(gl.int64) * stride_lse_t + (head0 + rows) * stride_lse_h, lse)
+                    gl.store(lse_ptr + (row_start + rows // num_heads).to(gl.int64) * stride_lse_t
+                             + heads * stride_lse_h, lse, mask=rows_ok)
             else:
                 slot = (2 * w + (b != first_seq).to(gl.int32)).to(gl.int64)
-                gl.store(part_out_ptr + slot * stride_po_s + (t * BLOCK_M + r).to(gl.int64)[:, None] * stride_po_r
-                         + d[None, :], out)
+                gl.store(part_out_ptr + slot * stride_po_s + r.to(gl.int64)[:, None] * stride_po_r + d[None, :], out,
+                         mask=r_ok)
                 if C == 0:
-                    gl.store(part_lse_ptr + slot * stride_pl_s + t * BLOCK_M + rows, lse)
+                    gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok)
 
 
 # like `_mla_decode_kernel`: no recompile when a size becomes 1 or changes its divisibility by 16 (a multi-second

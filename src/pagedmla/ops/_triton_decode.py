@@ -265,12 +265,14 @@ def _launch_ring(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
 
 def decode_ws_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx: int) -> bool:
     """Whether the warp-specialized kernel (`kernels.mla_decode_ws`) can take this call: Triton 3.6 on a Hopper
-    GPU, bf16 q, cache and output (unit last stride), DeepSeek's 512 + 64 dims, heads a multiple of 64, pages a
-    multiple of 64 slots, no FP8 scales, TMA-readable q and cache."""
+    GPU, bf16 q, cache and output (unit last stride), DeepSeek's 512 + 64 dims, heads a multiple of 64 (a tile:
+    64 heads of a token) or a divisor of 64 (a tile: the heads of 64 / H tokens), pages a multiple of 64 slots,
+    no FP8 scales, TMA-readable q and cache."""
+    heads = q.shape[1]
     return (_WS_AVAILABLE and is_hopper(q.device) and scales is None and q_scale is None
             and not rope_aware and out.dtype == torch.bfloat16 and out.shape[-1] == 512 and out.stride(-1) == 1
             and q.shape[-1] == 576
-            and blocks.shape[5] == 576 and q.shape[1] % 64 == 0 and blocks.shape[3] % 64 == 0
+            and blocks.shape[5] == 576 and (heads % 64 == 0 or 64 % heads == 0) and blocks.shape[3] % 64 == 0
             and _ws_q_rows(q) is not None and _ws_cache_rows(blocks, layer_idx) is not None)
 
 
