@@ -1143,8 +1143,13 @@ def test_warp_specialized_dispatch_rules(monkeypatch):
     assert heuristic(num_heads=128, max_q=1, warp_specialized=True, **common) == WARP_SPECIALIZED
     assert heuristic(num_heads=64, max_q=2, warp_specialized=True, **common) == WARP_SPECIALIZED
     assert not heuristic(num_heads=128, max_q=1, **common).warp_specialized
-    # 16 heads: 16- to 64-row tiles mixing query tokens; 96 heads: a tile would straddle two tokens
-    assert not heuristic(num_heads=16, max_q=4, warp_specialized=True, **common).warp_specialized
+    # 16 heads: more than 16 rows (2 to 4 query tokens) go to the Gluon kernel's tiles of several tokens, one
+    # token (16 rows) does not; 96 heads: a tile would hold part of a token's heads
+    assert heuristic(num_heads=16, max_q=4, warp_specialized=True, **common) == WARP_SPECIALIZED
+    assert heuristic(num_heads=16, max_q=2, warp_specialized=True, **common) == WARP_SPECIALIZED
+    assert heuristic(num_heads=32, max_q=1, warp_specialized=True, **common) == WARP_SPECIALIZED
+    assert not heuristic(num_heads=16, max_q=1, warp_specialized=True, **common).warp_specialized
+    assert not heuristic(num_heads=16, max_q=4, **common).warp_specialized
     assert not heuristic(num_heads=96, max_q=1, warp_specialized=True, **common).warp_specialized
 
 

@@ -185,8 +185,13 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     input, or q and cache of different types) take the FMA path, whose operands live in registers: 16-row
     tiles.
 
-    `warp_specialized` (the launcher's `decode_ws_ready`: Hopper, bf16, 512 + 64 dims, heads and page size
-    multiples of 64): the Gluon kernel `pagedmla.kernels.mla_decode_ws`. On the H200 (benchmarks/results/session-9/
+    `warp_specialized` (the launcher's `decode_ws_ready`: Hopper, bf16, 512 + 64 dims, heads a multiple or a
+    divisor of 64, page sizes multiples of 64): the Gluon kernel `pagedmla.kernels.mla_decode_ws`, for 64-row
+    tiles (heads a multiple of 64) and for calls of more than 16 rows per sequence whose heads divide 64 (its
+    tiles then hold several tokens' heads: 16 heads with 2 to 4 query tokens, MTP at TP8). H200, 16 heads
+    (`decode_probe.py`, 128 workers, BENCHMARKS.md, sixteenth session): q2 B64 N4096 120.0 -> 98.5 us, q4
+    154.6 -> 103.7, q2 B128 219.9 -> 171.4 against the Triton tiles; one token (16 rows) stays on the ring
+    kernel (96.1 us here against 86-88 for the ring). On the H200 (benchmarks/results/session-9/
     decode-ws-4f150b8.txt, `decode_probe.py`, 128 heads) against this heuristic's Triton tiles: B64 N4096 252.5 ->
     167.0 us, B128 N4096 495.8 -> 322.4, B128 N8192 954.0 -> 612.5, B1 N16384 41.2 -> 32.3, MTP 2 / 4 tokens at
     B64 N4096 477.2 -> 314.3 and 964.7 -> 615.2.
@@ -217,7 +222,7 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     if interpret:
         # the unmasked interior loop on, so that tiny tests run all three key ranges
         return DecodeConfig(block_m=block_m, block_n=16, num_warps=1, num_stages=1, unmasked_interior=True)
-    if warp_specialized and block_m == 64 and num_heads % 64 == 0:
+    if warp_specialized and (block_m == 64 and num_heads % 64 == 0 or block_m >= 32 and 64 % num_heads == 0):
         return WARP_SPECIALIZED
     if ring and block_m <= 16:
         return RING

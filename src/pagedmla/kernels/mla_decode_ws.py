@@ -52,6 +52,21 @@ BLOCK_N = gl.constexpr(64)
 
 
 @gluon.jit
+def _visible(pos, num_keys, seg_lo, seg_hi, mask_code, window):
+    """Keys `[lo, hi)` of the piece `[seg_lo, seg_hi)` that queries at positions `pos` (a scalar or a vector) see
+    among `num_keys`, per `pagedmla.masks` (`kernels.common.visible_range`); both grow with pos."""
+    causal = (mask_code == 1) | (mask_code == 2) | (mask_code == 5)
+    sliding = (mask_code == 2) | (mask_code == 3)
+    chunked = (mask_code == 4) | (mask_code == 5)
+    win = gl.maximum(window, 1)
+    lo = gl.where(sliding, pos - win + 1, 0)
+    lo = gl.where(chunked, pos // win * win, lo)
+    hi = gl.where(chunked, gl.minimum(num_keys, (pos // win + 1) * win), num_keys)
+    hi = gl.where(causal, gl.minimum(hi, pos + 1), hi)
+    return gl.maximum(gl.maximum(lo, 0), seg_lo), gl.minimum(hi, seg_hi)
+
+
+@gluon.jit
 def _piece(schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, num_heads, mask_code, window,
            row_layout: gl.constexpr):
     """Tile t of worker w's piece of sequence b. Row r of the tile is the sequence's query row t * 64 + r:
@@ -71,25 +86,18 @@ def _piece(schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, num_heads, mas
     seg_lo = gl.where(b == first_seq, first_key, 0)
     seg_hi = gl.where(b == last_seq, gl.minimum(stop_key, num_keys), num_keys)
     active = (t * BLOCK_M // num_heads < num_q) & (seg_lo < seg_hi)
-    # the masks of pagedmla.masks for each row's query position (kernels.common.visible_range)
+    # each row's keys (rows past the sequence's tokens see none); a row's lo and hi grow with its token under
+    # every mask, so the tile's range and innermost edges are its first and last tokens' (no reduction across
+    # the warps)
     tok = (t * BLOCK_M + gl.arange(0, BLOCK_M, row_layout)) // num_heads
-    pos = num_keys - num_q + tok
-    causal = (mask_code == 1) | (mask_code == 2) | (mask_code == 5)
-    sliding = (mask_code == 2) | (mask_code == 3)
-    chunked = (mask_code == 4) | (mask_code == 5)
-    win = gl.maximum(window, 1)
-    lo_r = gl.where(sliding, pos - win + 1, 0)
-    lo_r = gl.where(chunked, pos // win * win, lo_r)
-    hi_r = gl.where(chunked, gl.minimum(num_keys, (pos // win + 1) * win), num_keys)
-    hi_r = gl.where(causal, gl.minimum(hi_r, pos + 1), hi_r)
-    # rows past the sequence's tokens see no key
+    lo_r, hi_r = _visible(num_keys - num_q + tok, num_keys, seg_lo, seg_hi, mask_code, window)
     row_ok = tok < num_q
-    lo_r = gl.where(row_ok, gl.maximum(gl.maximum(lo_r, 0), seg_lo), num_keys)
-    hi_r = gl.where(row_ok, gl.minimum(hi_r, seg_hi), 0)
-    lo = gl.min(lo_r, axis=0)
-    hi = gl.max(hi_r, axis=0)
-    lo_max = gl.max(gl.where(row_ok, lo_r, 0), axis=0)
-    hi_min = gl.min(gl.where(row_ok, hi_r, num_keys), axis=0)
+    lo_r = gl.where(row_ok, lo_r, num_keys)
+    hi_r = gl.where(row_ok, hi_r, 0)
+    first = t * BLOCK_M // num_heads
+    last = gl.minimum(num_q - 1, (t * BLOCK_M + BLOCK_M - 1) // num_heads)
+    lo, hi_min = _visible(num_keys - num_q + first, num_keys, seg_lo, seg_hi, mask_code, window)
+    lo_max, hi = _visible(num_keys - num_q + last, num_keys, seg_lo, seg_hi, mask_code, window)
     k_lo = lo - lo % BLOCK_N
     n_blocks = gl.where(active & (hi > lo), gl.cdiv(hi - k_lo, BLOCK_N), 0)
     whole = (seg_lo == 0) & (seg_hi == num_keys)
