@@ -1,9 +1,11 @@
-"""Warp-specialized dense MLA decode for Hopper, in Gluon, for 64-row tiles of one query token's heads.
+"""Warp-specialized dense MLA decode for Hopper, in Gluon, for 64-row tiles of query rows (token x heads).
 
 Same work decomposition as `pagedmla.kernels.mla_decode` (program = worker w x row tile t over the split-KV
-schedule, partial results merged by its combine kernel), for head counts that are multiples of 64: a 64-row
-tile is then 64 heads of one query token, so every row of it sees the same key interval [lo, hi) under every
-mask. Two partitions, 4-warp consumers (a third, loader partition would make Triton compile every thread
+schedule, partial results merged by its combine kernel), for head counts that are multiples of 64 or divide 64:
+tile t holds the sequence's query rows 64 t to 64 t + 63 (row = token x H + head), 64 heads of one query token
+or the heads of 64 / H tokens (16 heads x 4 tokens: MTP at TP8). Each row sees its own token's keys [lo_r, hi_r)
+under the mask; the tile streams the blocks of their union [lo, hi), and S is masked per row in the blocks at
+some row's edge. Rows past the sequence's tokens see no key and are not written. Two partitions, 4-warp consumers (a third, loader partition would make Triton compile every thread
 under 168 registers, and ptxas then serializes the MMAs):
 - consumer 0 also issues the TMA copies: the tile's q (512 latent + 64 rope columns) once per piece of a
   sequence, then each 64-key block of the cache (a page piece: page sizes are multiples of 64) into a 2-slot
@@ -20,9 +22,9 @@ under 168 registers, and ptxas then serializes the MMAs):
   pass between them through shared memory with mbarriers; each P goes into its block's rope columns (read by
   the logits only, which have retired by then), where it is an MMA operand as it stands.
 
-Keys outside [lo, hi) are masked in S; in the (at most two) edge blocks of a range, the consumer computing the
-block's logits also zeroes the value rows of those keys in shared memory before either consumer's P @ V, since
-unused cache slots may hold NaN and 0 * NaN is NaN. Compiled only for sm_90 (warpgroup MMAs, TMA); the CPU
+Keys outside a row's [lo_r, hi_r) are masked in S; in the (at most two) edge blocks of the tile's [lo, hi), the
+consumer computing the block's logits also zeroes the value rows of the keys outside it in shared memory before
+either consumer's P @ V, since unused cache slots may hold NaN and 0 * NaN is NaN. Compiled only for sm_90 (warpgroup MMAs, TMA); the CPU
 interpreter cannot run Gluon, so this path is tested in the gpu tier against the reference.
 """
 
