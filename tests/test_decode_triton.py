@@ -1051,7 +1051,8 @@ def run_ws(pb, q, *, mask="causal", window=-1, sink=None, parts=None):
 @pytest.mark.gpu
 @pytest.mark.parametrize("heads,page_size,cache,new", WS_CASES)
 @pytest.mark.parametrize("mask,window", [("causal", -1), ("null", -1), ("sliding_window_causal", 100),
-                                         ("sliding_window_noncausal", 37), ("chunked_causal", 50)])
+                                         ("sliding_window_noncausal", 37), ("chunked_causal", 50),
+                                         ("chunked", 50)])
 @pytest.mark.parametrize("parts", [None, 7, 300], ids=["plan", "W7", "W300"])
 def test_gpu_warp_specialized(heads, page_size, cache, new, mask, window, parts, call_counter):
     """The Gluon kernel (every schedule: whole sequences, pieces, workers with empty ranges) against the
@@ -1148,6 +1149,7 @@ def test_warp_specialized_dispatch_rules(monkeypatch):
     assert heuristic(num_heads=16, max_q=4, warp_specialized=True, **common) == WARP_SPECIALIZED
     assert heuristic(num_heads=16, max_q=2, warp_specialized=True, **common) == WARP_SPECIALIZED
     assert heuristic(num_heads=32, max_q=1, warp_specialized=True, **common) == WARP_SPECIALIZED
+    assert not heuristic(num_heads=8, max_q=4, warp_specialized=True, **common).warp_specialized  # not timed
     assert not heuristic(num_heads=16, max_q=1, warp_specialized=True, **common).warp_specialized
     assert not heuristic(num_heads=16, max_q=4, **common).warp_specialized
     assert not heuristic(num_heads=96, max_q=1, warp_specialized=True, **common).warp_specialized

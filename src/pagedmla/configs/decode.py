@@ -32,8 +32,9 @@ class DecodeConfig:
             took 1219 -> 1112 us at B128 N8192 and 323 -> 296 us at B64 N4096 (see `heuristic` for 16 rows).
         maxnreg: cap on registers per thread (None: the compiler's choice), so that more programs share an SM.
         warp_specialized: run the Gluon kernel `pagedmla.kernels.mla_decode_ws` (two consumer warpgroups,
-            one of which issues the TMA copies) where it applies (`ops._triton_decode.decode_ws_ready`: Hopper, bf16, 512 + 64
-            dims, heads and page size multiples of 64); other calls run `_mla_decode_kernel` with this config.
+            one of which issues the TMA copies) where it applies (`ops._triton_decode.decode_ws_ready`: Hopper,
+            bf16, 512 + 64 dims, heads a multiple or a divisor of 64, page sizes multiples of 64); other calls run
+            `_mla_decode_kernel` with this config.
         ring_slots: run the Gluon kernel `pagedmla.kernels.mla_decode_ring` with a ring of this many 32-key
             slots (0: not); only for calls it can take (`ops._triton_decode.decode_ring_ready`: Hopper, a
             bf16/fp16 cache or the rope-aware FP8 one, at most 16 rows per sequence); 2 to 8. block_m, block_n,
@@ -188,10 +189,13 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     `warp_specialized` (the launcher's `decode_ws_ready`: Hopper, bf16, 512 + 64 dims, heads a multiple or a
     divisor of 64, page sizes multiples of 64): the Gluon kernel `pagedmla.kernels.mla_decode_ws`, for 64-row
     tiles (heads a multiple of 64) and for calls of more than 16 rows per sequence whose heads divide 64 (its
-    tiles then hold several tokens' heads: 16 heads with 2 to 4 query tokens, MTP at TP8). H200, 16 heads
-    (`decode_probe.py`, 128 workers, BENCHMARKS.md, sixteenth session): q2 B64 N4096 120.0 -> 98.5 us, q4
-    154.6 -> 103.7, q2 B128 219.9 -> 171.4 against the Triton tiles; one token (16 rows) stays on the ring
-    kernel (96.1 us here against 86-88 for the ring). On the H200 (benchmarks/results/session-9/
+    tiles then hold several tokens' heads: 16 heads with 2 to 8 query tokens, MTP at TP8; 32 heads), for 16
+    and 32 heads. H200 (`decode_probe.py`, BENCHMARKS.md, sixteenth session) against the Triton tiles: 16 heads
+    q2 B64 N4096 120.0 -> 98.5 us, q4 154.6 -> 103.7, q2 B128 219.9 -> 171.4, B16 50.3 -> 48.9, B1 16.3 ->
+    12.8; 32 heads q1 B64 119.3 -> 98.1, B1 N16384 20.0 -> 18.6 (16 heads q3 and q5 to q8, 32 heads q2 and
+    more, and fewer heads were not timed). One token at 16 heads (16 rows) stays on the ring kernel (96.1 us
+    here against 86-88 for the ring); a call whose `max_seq_length` says 2 tokens runs this kernel even when
+    every sequence has one. On the H200 (benchmarks/results/session-9/
     decode-ws-4f150b8.txt, `decode_probe.py`, 128 heads) against this heuristic's Triton tiles: B64 N4096 252.5 ->
     167.0 us, B128 N4096 495.8 -> 322.4, B128 N8192 954.0 -> 612.5, B1 N16384 41.2 -> 32.3, MTP 2 / 4 tokens at
     B64 N4096 477.2 -> 314.3 and 964.7 -> 615.2.
@@ -222,7 +226,9 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     if interpret:
         # the unmasked interior loop on, so that tiny tests run all three key ranges
         return DecodeConfig(block_m=block_m, block_n=16, num_warps=1, num_stages=1, unmasked_interior=True)
-    if warp_specialized and (block_m == 64 and num_heads % 64 == 0 or block_m >= 32 and 64 % num_heads == 0):
+    # tiles of several tokens' heads: timed at 16 and 32 heads only (fewer heads keep the Triton tiles)
+    if warp_specialized and (block_m == 64 and num_heads % 64 == 0
+                             or block_m >= 32 and num_heads in (16, 32)):
         return WARP_SPECIALIZED
     if ring and block_m <= 16:
         return RING

@@ -5,8 +5,9 @@ schedule, partial results merged by its combine kernel), for head counts that ar
 tile t holds the sequence's query rows 64 t to 64 t + 63 (row = token x H + head), 64 heads of one query token
 or the heads of 64 / H tokens (16 heads x 4 tokens: MTP at TP8). Each row sees its own token's keys [lo_r, hi_r)
 under the mask; the tile streams the blocks of their union [lo, hi), and S is masked per row in the blocks at
-some row's edge. Rows past the sequence's tokens see no key and are not written. Two partitions, 4-warp consumers (a third, loader partition would make Triton compile every thread
-under 168 registers, and ptxas then serializes the MMAs):
+some row's edge. Rows past the sequence's tokens see no key and are not written. Two partitions, 4-warp
+consumers (a third, loader partition would make Triton compile every thread under 168 registers, and ptxas then
+serializes the MMAs):
 - consumer 0 also issues the TMA copies: the tile's q (512 latent + 64 rope columns) once per piece of a
   sequence, then each 64-key block of the cache (a page piece: page sizes are multiples of 64) into a 2-slot
   ring, as two 256-column latent halves and the rope columns, once consumer 1 released the slot. The latent
@@ -24,8 +25,9 @@ under 168 registers, and ptxas then serializes the MMAs):
 
 Keys outside a row's [lo_r, hi_r) are masked in S; in the (at most two) edge blocks of the tile's [lo, hi), the
 consumer computing the block's logits also zeroes the value rows of the keys outside it in shared memory before
-either consumer's P @ V, since unused cache slots may hold NaN and 0 * NaN is NaN. Compiled only for sm_90 (warpgroup MMAs, TMA); the CPU
-interpreter cannot run Gluon, so this path is tested in the gpu tier against the reference.
+either consumer's P @ V, since unused cache slots may hold NaN and 0 * NaN is NaN. Compiled only for sm_90
+(warpgroup MMAs, TMA); the CPU interpreter cannot run Gluon, so this path is tested in the gpu tier against the
+reference.
 """
 
 from triton.experimental import gluon
@@ -330,7 +332,8 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
             r_ok = (r < num_q * num_heads)[:, None]
             d = COLS * C + gl.arange(0, COLS, gl.SliceLayout(0, o_layout))
             if whole:
-                o_row = (row_start + r // num_heads).to(gl.int64) * stride_o_t + (r % num_heads).to(gl.int64) * stride_o_h
+                o_row = ((row_start + r // num_heads).to(gl.int64) * stride_o_t
+                         + (r % num_heads).to(gl.int64) * stride_o_h)
                 gl.store(out_ptr + o_row[:, None] + d[None, :], out.to(out_ptr.dtype.element_ty), mask=r_ok)
                 if C == 0:
                     gl.store(lse_ptr + (row_start + rows // num_heads).to(gl.int64) * stride_lse_t
