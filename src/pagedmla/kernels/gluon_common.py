@@ -1,4 +1,4 @@
-"""Helpers shared by the Gluon (warp-specialized Hopper) kernels: `prefill_ws`, `mla_decode_ws` and
+"""Helpers shared by the Gluon (Hopper) kernels: `prefill_ws`, `mla_decode_ws`, `mla_decode_ring` and
 `mla_sparse_decode_ws`."""
 
 from triton.experimental import gluon
@@ -35,3 +35,18 @@ def wait_for_prior_grid(i):
     `i`: any int32 scalar (the instruction needs an operand to hang on)."""
     gl.inline_asm_elementwise("griddepcontrol.wait; mov.b32 $0, $1;", "=r,r", [i], dtype=gl.int32, is_pure=False,
                               pack=1)
+
+
+@gluon.jit
+def visible_range(q_pos, num_keys, mask_code, window):
+    """Visible keys `[lo, hi)` of queries at absolute positions `q_pos` (a scalar or a vector) among `num_keys`
+    keys, per `pagedmla.masks` (`pagedmla.kernels.common.visible_range` in Triton); both grow with q_pos."""
+    causal = (mask_code == 1) | (mask_code == 2) | (mask_code == 5)
+    sliding = (mask_code == 2) | (mask_code == 3)
+    chunked = (mask_code == 4) | (mask_code == 5)
+    w = gl.maximum(window, 1)
+    lo = gl.where(sliding, q_pos - w + 1, 0)
+    lo = gl.where(chunked, (q_pos // w) * w, lo)
+    hi = gl.where(chunked, gl.minimum(num_keys, (q_pos // w + 1) * w), num_keys)
+    hi = gl.where(causal, gl.minimum(hi, q_pos + 1), hi)
+    return gl.maximum(lo, 0), hi

@@ -29,7 +29,7 @@ Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from .gluon_common import wait_for_prior_grid
+from .gluon_common import visible_range, wait_for_prior_grid
 from .mla_sparse_decode_ring import (
     BLOCK_M,
     BLOCK_N,
@@ -45,21 +45,6 @@ from .mla_sparse_decode_ring import (
     _row_lse,
     _store_rows,
 )
-
-
-@gluon.jit
-def _visible_range(q_pos, num_keys, mask_code, window):
-    """Visible keys `[lo, hi)` of queries at absolute positions `q_pos` among `num_keys` keys, per
-    `pagedmla.masks` (`pagedmla.kernels.common.visible_range` in Triton)."""
-    causal = (mask_code == 1) | (mask_code == 2) | (mask_code == 5)
-    sliding = (mask_code == 2) | (mask_code == 3)
-    chunked = (mask_code == 4) | (mask_code == 5)
-    w = gl.maximum(window, 1)
-    lo = gl.where(sliding, q_pos - w + 1, 0)
-    lo = gl.where(chunked, (q_pos // w) * w, lo)
-    hi = gl.where(chunked, gl.minimum(num_keys, (q_pos // w + 1) * w), num_keys)
-    hi = gl.where(causal, gl.minimum(hi, q_pos + 1), hi)
-    return gl.maximum(lo, 0), hi
 
 
 @gluon.jit
@@ -96,7 +81,7 @@ def _decode_sequence(b, w, first_seq, first_key, last_seq, stop_key, q_ptr, out_
         rows_ok = rows < num_rows
         tok = rows // num_heads
         heads = rows % num_heads
-        vis_lo, vis_hi = _visible_range(num_keys - num_q + tok, num_keys, mask_code, window)
+        vis_lo, vis_hi = visible_range(num_keys - num_q + tok, num_keys, mask_code, window)
         # rows past the sequence's get the empty interval [num_keys, 0)
         vis_lo = gl.where(rows_ok, gl.maximum(vis_lo, seg_lo), num_keys)
         vis_hi = gl.where(rows_ok, gl.minimum(vis_hi, seg_hi), 0)

@@ -49,6 +49,7 @@ from .gluon_common import (
     LOG2E,
     mma_layout,
     opaque_zero,
+    visible_range,
     wait_for_prior_grid,
 )
 
@@ -57,17 +58,9 @@ BLOCK_N = gl.constexpr(64)
 
 @gluon.jit
 def _visible(pos, num_keys, seg_lo, seg_hi, mask_code, window):
-    """Keys `[lo, hi)` of the piece `[seg_lo, seg_hi)` that queries at positions `pos` (a scalar or a vector) see
-    among `num_keys`, per `pagedmla.masks` (`kernels.common.visible_range`); both grow with pos."""
-    causal = (mask_code == 1) | (mask_code == 2) | (mask_code == 5)
-    sliding = (mask_code == 2) | (mask_code == 3)
-    chunked = (mask_code == 4) | (mask_code == 5)
-    win = gl.maximum(window, 1)
-    lo = gl.where(sliding, pos - win + 1, 0)
-    lo = gl.where(chunked, pos // win * win, lo)
-    hi = gl.where(chunked, gl.minimum(num_keys, (pos // win + 1) * win), num_keys)
-    hi = gl.where(causal, gl.minimum(hi, pos + 1), hi)
-    return gl.maximum(gl.maximum(lo, 0), seg_lo), gl.minimum(hi, seg_hi)
+    """`gluon_common.visible_range` within the piece `[seg_lo, seg_hi)`; both ends still grow with pos."""
+    lo, hi = visible_range(pos, num_keys, mask_code, window)
+    return gl.maximum(lo, seg_lo), gl.minimum(hi, seg_hi)
 
 
 @gluon.jit
