@@ -56,7 +56,7 @@ def _patched_source() -> str:
 
     sub("from .gluon_common", "from pagedmla.kernels.gluon_common")
     sub("from .mla_sparse_decode_ring", "from pagedmla.kernels.mla_sparse_decode_ring")
-    sub("\n\n@gluon.jit\ndef _visible_range", _HELPER + "\n\n@gluon.jit\ndef _visible_range")
+    sub("\n\n@gluon.jit\ndef _stage_q", _HELPER + "\n\n@gluon.jit\ndef _stage_q")
     # the kernel gets the stamp buffer after scales_ptr; _decode_sequence gets it last
     sub("    sink_ptr, blocks_ptr, rope_ptr, scales_ptr,\n", "    sink_ptr, blocks_ptr, rope_ptr, scales_ptr, stamps_ptr,\n")
     sub("NUM_SLOTS: gl.constexpr):\n    \"\"\"Worker w's piece", "NUM_SLOTS: gl.constexpr, stamps_ptr):\n"
