@@ -665,6 +665,9 @@ def test_prefill_without_rope_columns(op):
          says("max_seq_length", "got 1"), "understated-max_seq_length"),
     case(lambda a: {"kv_collection": a["kv_collection"].replace(max_cache_length=2)},
          says("max_cache_length", "got 2"), "understated-max_cache_length"),
+    case(lambda a: {"out": pm.mla_decode_plan(a["input_row_offsets"], a["kv_collection"], num_heads=H + 1,
+                                              backend="reference")},
+         says("Invalid out", f"num_heads={H}", f"got one for {H + 1}"), "refill-other-heads"),
 ])
 def test_mla_decode_plan(override, match):
     check("mla_decode_plan", override, match)
@@ -715,6 +718,9 @@ DECODE_CASES = [
     (DECODE, lambda a: {"plan": pm.mla_decode_plan(i32([0, 1]), make_paged_batch(
         [1], [1], head_size=HEAD, page_size=PS).kv, num_heads=H, backend="reference")},
      says("Invalid plan", f"batch size {B}", "got one for 1"), "plan-batch"),
+    (DECODE, lambda a: {"plan": pm.mla_decode_plan(a["input_row_offsets"], a["kv_collection"], num_heads=H + 1,
+                                                   backend="reference")},
+     says("Invalid plan", f"num_heads={H} (q's heads)", f"got one for {H + 1}"), "plan-heads"),
     (DECODE, lambda a: {"num_partitions": 0}, says("Invalid num_partitions", "expected >= 1", "got 0"),
      "partitions-0"),
     (DECODE, lambda a: {"num_partitions": 0, "plan": pm.mla_decode_plan(

@@ -138,7 +138,7 @@ def plan(input_row_offsets, kv_collection, num_heads: int, num_partitions: int |
     schedule = torch.empty((1 + cfg.num_workers + batch, 4), dtype=torch.int32, device=device)
     fill_schedule(schedule, input_row_offsets, kv_collection.cache_lengths, cfg)
     args = torch.tensor([batch, max_q, cfg.num_workers, max_keys], dtype=torch.int32, device=device)
-    return DecodePlan(args, batch, max_q, cfg.num_workers, schedule, "triton", cfg.granularity)
+    return DecodePlan(args, batch, max_q, cfg.num_workers, schedule, "triton", cfg.granularity, num_heads)
 
 
 def refresh_plan(plan_: DecodePlan, input_row_offsets: torch.Tensor, kv_collection) -> None:

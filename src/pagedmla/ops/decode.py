@@ -38,6 +38,8 @@ class DecodePlan:
         schedule: int32 work list of the split-KV scheduler on the device (empty for the reference backend).
         backend: the backend the plan was built for.
         granularity: keys per unit of the schedule (Triton plans; 0: none), kept when the plan is refreshed.
+        num_heads: the query heads it was built for (its schedule and tiles are sized by them; a dense decode
+            with another head count is a ValueError); 0 in the stand-in plan of a sparse call.
     """
 
     scalar_args: Tensor
@@ -47,6 +49,7 @@ class DecodePlan:
     schedule: Tensor
     backend: str
     granularity: int = 0
+    num_heads: int = 0
 
 
 def _reference_plan(input_row_offsets: Tensor, kv: PagedKVCacheCollection, num_heads: int,
@@ -54,7 +57,7 @@ def _reference_plan(input_row_offsets: Tensor, kv: PagedKVCacheCollection, num_h
     parts = 1 if num_partitions is None else num_partitions
     args = torch.tensor([kv.batch_size, max_q, parts, max_keys], dtype=torch.int32, device=kv.device)
     return DecodePlan(args, kv.batch_size, max_q, parts, torch.empty(0, dtype=torch.int32, device=kv.device),
-                      "reference")
+                      "reference", num_heads=num_heads)
 
 
 def _reference_refresh(plan: DecodePlan, input_row_offsets: Tensor, kv: PagedKVCacheCollection) -> None:
@@ -87,6 +90,9 @@ def mla_decode_plan(input_row_offsets: Tensor, kv_collection, *, num_heads: int,
             raise ValueError(f"Invalid type of out: expected DecodePlan, got {type(out).__name__}")
         if out.batch_size != kv.batch_size:
             raise ValueError(f"Invalid out: expected a plan for batch size {kv.batch_size}, got {out.batch_size}")
+        if out.num_heads != num_heads:
+            raise ValueError(f"Invalid out: expected a plan built for num_heads={num_heads}, got one for "
+                             f"{out.num_heads}")
         if kv.max_seq_length is not None and kv.max_seq_length > out.max_seq_length:
             raise ValueError(f"Invalid out: expected a plan with max_seq_length >= {kv.max_seq_length}, got "
                              f"{out.max_seq_length}")
@@ -296,6 +302,11 @@ def mla_decode_kv_cache_ragged(q: Tensor, input_row_offsets: Tensor, kv_collecti
     elif chosen == "triton" and indices is None and plan.backend != "triton":
         # The reference reads nothing but the partition count from a plan; the kernels need their schedule.
         raise ValueError(f"Invalid plan: expected a plan built for backend 'triton', got {plan.backend!r}")
+    elif indices is None and plan.num_heads != num_heads:
+        # The answer would still be right, but the schedule was cut for other tiles (a 16-head plan at B64 has
+        # two workers per SM; a 128-head call on it would run four programs per SM of a one-per-SM kernel).
+        raise ValueError(f"Invalid plan: expected a plan built for num_heads={num_heads} (q's heads), got one for "
+                         f"{plan.num_heads}")
     else:
         # The plan's grid covers plan.max_seq_length query tokens per sequence: more would leave rows unwritten.
         need = kv.max_seq_length
