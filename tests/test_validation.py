@@ -7,6 +7,7 @@ page_size 4, head_size 80 = 64 latent + 16 rope, 2 layers, 2 query heads); each 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -721,6 +722,9 @@ DECODE_CASES = [
     (DECODE, lambda a: {"plan": pm.mla_decode_plan(a["input_row_offsets"], a["kv_collection"], num_heads=H + 1,
                                                    backend="reference")},
      says("Invalid plan", f"num_heads={H} (q's heads)", f"got one for {H + 1}"), "plan-heads"),
+    (DECODE, lambda a: {"plan": dataclasses.replace(pm.mla_decode_plan(
+        a["input_row_offsets"], a["kv_collection"], num_heads=H, backend="reference"), num_heads=0)},
+     says("Invalid plan", f"num_heads={H}", "got a plan without one"), "plan-without-heads"),
     (DECODE, lambda a: {"num_partitions": 0}, says("Invalid num_partitions", "expected >= 1", "got 0"),
      "partitions-0"),
     (DECODE, lambda a: {"num_partitions": 0, "plan": pm.mla_decode_plan(
@@ -835,3 +839,15 @@ DECODE_CASES = [
 ])
 def test_mla_decode_kv_cache_ragged(variant, override, match):
     check(variant, override, match)
+
+
+def test_plan_heads_bind_dense_decode_only():
+    """Both plan builders record the heads a plan was built for; a sparse call, which ignores the plan's
+    schedule, ignores its heads too (same answer as without a plan)."""
+    a = _decode_sparse()
+    for backend in ("reference", "triton"):
+        plan = pm.mla_decode_plan(a["input_row_offsets"], a["kv_collection"], num_heads=H + 1, backend=backend)
+        assert plan.num_heads == H + 1
+    want = pm.mla_decode_kv_cache_ragged(**a, backend="reference")
+    got = pm.mla_decode_kv_cache_ragged(**a, plan=plan, backend="reference")
+    torch.testing.assert_close(got, want, rtol=0, atol=0)

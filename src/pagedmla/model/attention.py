@@ -109,7 +109,8 @@ class AttentionBatch:
             kv: the step's collection (`PagedKVCacheManager.step`), sequences in the order of num_new_tokens.
             num_new_tokens: `n_b` per sequence (host ints, all >= 1).
             num_prefill: how many leading sequences take the prefill path.
-            num_heads: query heads (sizes the decode schedule); dtype: the activations' dtype.
+            num_heads: query heads (sizes the decode schedule: the decode's q must have as many); dtype: the
+                activations' dtype.
             backend: a backend for every op, or a mapping op name -> backend (see `resolve_backends`).
         """
         counts = [int(n) for n in num_new_tokens]

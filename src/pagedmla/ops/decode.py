@@ -39,7 +39,7 @@ class DecodePlan:
         backend: the backend the plan was built for.
         granularity: keys per unit of the schedule (Triton plans; 0: none), kept when the plan is refreshed.
         num_heads: the query heads it was built for (its schedule and tiles are sized by them; a dense decode
-            with another head count is a ValueError); 0 in the stand-in plan of a sparse call.
+            with another head count is a ValueError); 0 only in a plan not built by `mla_decode_plan`.
     """
 
     scalar_args: Tensor
@@ -77,7 +77,7 @@ def mla_decode_plan(input_row_offsets: Tensor, kv_collection, *, num_heads: int,
         num_heads: query heads (the scheduler sizes tiles by it).
         num_partitions: force this many KV partitions (None: the backend decides; for the Triton backend it is
             the number of workers that share the batch's key blocks).
-        out: a plan of an earlier step to refill in place (same batch size, every n_b within its
+        out: a plan of an earlier step to refill in place (same batch size and num_heads, every n_b within its
             max_seq_length), e.g. before replaying a CUDA graph that captured decodes with it. Returns `out`.
     """
     kv = check_collection(kv_collection, 0, mla=True)
@@ -211,7 +211,8 @@ def mla_decode_kv_cache_ragged(q: Tensor, input_row_offsets: Tensor, kv_collecti
         kv_collection: the MLA cache; layer_idx: its layer; scale: softmax scale.
         mask, local_window_size: see docs/layout.md (sparse decode needs mask="null").
         output: optional `[T, H, kv_lora_rank]` (bf16 for FP8 q, else q's dtype).
-        plan: from `mla_decode_plan` (built here when None); num_partitions overrides its KV split.
+        plan: from `mla_decode_plan` (built here when None), for q's head count (dense decode);
+            num_partitions overrides its KV split.
         return_lse: also return the float32 LSE `[T, H]` (sink excluded; -inf for rows with no visible key).
         indices / topk_lengths: int32 `[T, topk]` physical rows (`block * page_size + slot`, -1 skips) and `[B]`.
         attn_sink: float32 `[H]` natural-log logits added once to each softmax denominator.
@@ -294,7 +295,7 @@ def mla_decode_kv_cache_ragged(q: Tensor, input_row_offsets: Tensor, kv_collecti
             max_q = max_seq_length(kv, input_row_offsets) if fold_shared_index else 1
             # scalar_args is left unset: no sparse launcher (Triton or reference) reads it
             plan = DecodePlan(torch.empty(4, dtype=torch.int32, device=kv.device), batch, max_q, 1,
-                              torch.empty(0, dtype=torch.int32, device=kv.device), "reference")
+                              torch.empty(0, dtype=torch.int32, device=kv.device), "reference", num_heads=num_heads)
     elif not isinstance(plan, DecodePlan):
         raise ValueError(f"Invalid type of plan: expected DecodePlan (from mla_decode_plan), got {type(plan).__name__}")
     elif plan.batch_size != batch:
@@ -305,8 +306,8 @@ def mla_decode_kv_cache_ragged(q: Tensor, input_row_offsets: Tensor, kv_collecti
     elif indices is None and plan.num_heads != num_heads:
         # The answer would still be right, but the schedule was cut for other tiles (a 16-head plan at B64 has
         # two workers per SM; a 128-head call on it would run four programs per SM of a one-per-SM kernel).
-        raise ValueError(f"Invalid plan: expected a plan built for num_heads={num_heads} (q's heads), got one for "
-                         f"{plan.num_heads}")
+        got = f"one for {plan.num_heads}" if plan.num_heads else "a plan without one (build plans with mla_decode_plan)"
+        raise ValueError(f"Invalid plan: expected a plan built for num_heads={num_heads} (q's heads), got {got}")
     else:
         # The plan's grid covers plan.max_seq_length query tokens per sequence: more would leave rows unwritten.
         need = kv.max_seq_length
