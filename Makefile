@@ -1,5 +1,5 @@
 # The README's commands. `make test` and `make demo` build (or reuse) a virtual environment
-# with the CPU build of torch and the Triton pinned for the interpreter tier.
+# with torch from pip's configured index (the CPU build on CI) and the Triton pinned for the interpreter tier.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
