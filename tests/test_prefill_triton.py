@@ -15,6 +15,7 @@ from pagedmla.configs.prefill import DecompressConfig, PrefillConfig
 from pagedmla.masks import mask_code
 from pagedmla.ops import _triton_prefill
 from pagedmla.reference.attention import merge_states
+from pagedmla.reference.paged import dequantize_rows
 from pagedmla.testing import adversarial_lengths, assert_close, assert_close_to_reference, make_paged_batch
 
 MASKS = [("null", -1), ("causal", -1), ("sliding_window_causal", 5), ("sliding_window_noncausal", 7),
@@ -128,6 +129,20 @@ def test_decompress_fp8_cache(granularity):
     weight = _randn(2 * 32, 64, seed=3, scale=0.2)
     for c, (lat, want_lat), (kb, want_kb) in _decompress_both(pb, kv, weight):
         assert_close(lat, want_lat, atol=1e-6, rtol=1e-6, name=f"k_latent_buffer chunk {c}")
+        assert_close(kb, want_kb, atol=ATOL32, rtol=1e-5, name=f"k_buffer chunk {c}")
+
+
+def test_decompress_rope_aware_cache():
+    """The rope-aware FP8 row (e4m3 latent with one scale per row, then bf16 rope bytes) decompresses like the
+    plain cache it dequantizes to: its latent columns times the row's scale (the rope bytes are not gathered)."""
+    pb = _batch(16, head_size=80)
+    kv = quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=16)
+    plain = pb.kv.replace(blocks=dequantize_rows(kv.blocks, kv.scales, rope_aware=True, qk_rope_head_dim=16))
+    weight = _randn(2 * 32, 64, seed=5, scale=0.2)
+    for (c, (lat, want_lat), (kb, want_kb)), (_, (lat_p, _), _) in zip(_decompress_both(pb, kv, weight),
+                                                                    _decompress_both(pb, plain, weight)):
+        assert_close(lat, want_lat, atol=1e-6, rtol=1e-6, name=f"k_latent_buffer chunk {c}")
+        assert_close(want_lat, lat_p, atol=0, name=f"k_latent_buffer chunk {c}, against the dequantized cache")
         assert_close(kb, want_kb, atol=ATOL32, rtol=1e-5, name=f"k_buffer chunk {c}")
 
 
