@@ -132,6 +132,17 @@ def test_decompress_fp8_cache(granularity):
         assert_close(kb, want_kb, atol=ATOL32, rtol=1e-5, name=f"k_buffer chunk {c}")
 
 
+def test_decompress_fp8_cache_into_bf16():
+    """Dequantized FP8 rows round to nearest into bf16 buffers, as the reference does (the interpreter's own
+    float32 -> bf16 conversion truncates: the kernel rounds through `fp8._cast`)."""
+    pb = _batch(16)
+    kv = quantize_kv_cache(pb.kv, 16)
+    weight = _randn(2 * 32, 64, seed=3, scale=0.2).to(torch.bfloat16)
+    for c, (lat, want_lat), (kb, want_kb) in _decompress_both(pb, kv, weight):
+        assert_close(lat, want_lat, atol=0, name=f"k_latent_buffer chunk {c}")
+        assert_close(kb, want_kb, atol=0, name=f"k_buffer chunk {c}")
+
+
 def test_decompress_rope_aware_cache():
     """The rope-aware FP8 row (e4m3 latent with one scale per row, then bf16 rope bytes) decompresses like the
     plain cache it dequantizes to: its latent columns times the row's scale (the rope bytes are not gathered)."""

@@ -5,6 +5,7 @@ import triton
 import triton.language as tl
 
 from .common import dot, load_or_zero, mask_visible, ragged_count, ragged_search, visible_range
+from .fp8 import _cast
 
 LN2 = tl.constexpr(0.6931471805599453)
 
@@ -51,10 +52,11 @@ def _gather_latent_kernel(
     num_rows, batch, layer_idx, page_size, max_pages, num_blocks,
     stride_lt_b, stride_blk_b, stride_blk_l, stride_blk_s, stride_sc_b, stride_sc_l, stride_sc_s, stride_lat_r,
     RANK: tl.constexpr, BLOCK_RANK: tl.constexpr, BLOCK_R: tl.constexpr, GROUP: tl.constexpr,
-    SCALED: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+    SCALED: tl.constexpr, SEARCH_STEPS: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """latent[r] = columns [0, RANK) of the cache row behind buffer row r, in latent's dtype (FP8 rows
-    dequantize: x[d] * scale[d // GROUP]).
+    dequantize: x[d] * scale[d // GROUP]), rounded to nearest (`fp8._cast`: the interpreter would truncate to
+    bf16).
 
     Sources are clamped exactly as the reference clamps them: rows past the last sequence stay with it, pages
     past the table and block ids outside the pool read block 0.
@@ -74,8 +76,8 @@ def _gather_latent_kernel(
     if SCALED:
         srows = block * stride_sc_b + layer_idx * stride_sc_l + slot * stride_sc_s
         x = x.to(tl.float32) * tl.load(scales_ptr + srows[:, None] + (d // GROUP)[None, :], mask=ok, other=0.0)
-    tl.store(latent_ptr + r.to(tl.int64)[:, None] * stride_lat_r + d[None, :], x.to(latent_ptr.dtype.element_ty),
-             mask=ok)
+    tl.store(latent_ptr + r.to(tl.int64)[:, None] * stride_lat_r + d[None, :],
+             _cast(x, latent_ptr.dtype.element_ty, INTERPRET), mask=ok)
 
 
 @triton.jit

@@ -66,7 +66,7 @@ def _gather_rows(buffer_row_offsets, cache_offsets, lookup_table, blocks, scales
         num_rows, batch, layer_idx, blocks.shape[3], lookup_table.shape[1], blocks.shape[0],
         lookup_table.stride(0), blocks.stride(0), blocks.stride(2), blocks.stride(3), s_b, s_l, s_s, out.stride(0),
         RANK=rank, BLOCK_RANK=triton.next_power_of_2(rank), BLOCK_R=cfg.gather_rows, GROUP=group, SCALED=scaled,
-        SEARCH_STEPS=search_steps(batch), num_warps=cfg.gather_warps,
+        SEARCH_STEPS=search_steps(batch), INTERPRET=interpreter_enabled(), num_warps=cfg.gather_warps,
     )
 
 
