@@ -96,19 +96,31 @@ def test_manager_collection_feeds_the_ops():
 
 
 def test_quantize_kv_cache_roundtrip_error_is_fp8_sized():
-    from pagedmla.reference import dequantize_rows
-
+    """The scales are each group's amax / 448 (computed here, not by the library), and every value comes back
+    within e4m3's rounding (2^-4 relative) of its own group's largest value: a group size or scale that is off
+    fails one or the other. Groups of very different sizes make a scale from the wrong group visible."""
     p = mla_params()
     blocks = torch.randn(p.block_shape(3))
+    # per-column magnitudes from 1e-3 to 1e3, so that each 16-column group has its own range
+    blocks = blocks * torch.logspace(-3, 3, p.head_size)
     kv = pm.PagedKVCacheCollection(blocks, torch.zeros(1, dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int32), p)
     q8 = pm.quantize_kv_cache(kv, 16)
-    back = dequantize_rows(q8.blocks, q8.scales)
-    rel = ((back - blocks).abs() / blocks.abs().amax(-1, keepdim=True)).max()
-    assert 0 < rel < 0.07
+    groups = blocks.unflatten(-1, (p.head_size // 16, 16))
+    amax = groups.abs().amax(-1)
+    torch.testing.assert_close(q8.scales, amax / 448, rtol=1e-6, atol=0)
+    back = (q8.blocks.float().unflatten(-1, groups.shape[-2:]) * q8.scales.unsqueeze(-1))
+    rel = ((back - groups).abs() / amax.unsqueeze(-1)).max()
+    assert 0 < rel <= 2.0**-4
+    # rope-aware: one scale per row for the latent bytes (latent amax / 448), the rope values as bf16 bytes
     ra = pm.quantize_kv_cache(kv, rope_aware=True, qk_rope_head_dim=16)
     assert ra.params.head_size == 96 and ra.scales.shape[-1] == 1
-    back = dequantize_rows(ra.blocks, ra.scales, rope_aware=True, qk_rope_head_dim=16)
-    torch.testing.assert_close(back[..., 64:], blocks[..., 64:].to(torch.bfloat16).float())
+    latent, rope = blocks[..., :64], blocks[..., 64:]
+    lat_amax = latent.abs().amax(-1, keepdim=True)
+    torch.testing.assert_close(ra.scales, lat_amax / 448, rtol=1e-6, atol=0)
+    back_lat = ra.blocks[..., :64].float() * ra.scales
+    assert 0 < ((back_lat - latent).abs() / lat_amax).max() <= 2.0**-4
+    back_rope = ra.blocks[..., 64:].contiguous().view(torch.bfloat16).float()
+    torch.testing.assert_close(back_rope, rope.to(torch.bfloat16).float(), rtol=0, atol=0)
 
 
 def test_fixed_width_lookup_table_for_graph_replay():

@@ -313,12 +313,15 @@ def test_kv_matmul(page_size):
 @pytest.mark.parametrize("page_size,cols", [pytest.param(p, c, id=f"ps{p}-cols{c}") for p, c in
                                             ((1, 64), (3, 64), (16, 48), (16, 80))])
 def test_rms_norm(page_size, cols):
-    pb = _batch(page_size, fill_new_tokens=True)
-    ref = _twin(pb)
-    gamma = 1 + 0.1 * _randn(cols, seed=4)
-    ops.rms_norm_key_cache(pb.kv, gamma, 1e-6, 1, pb.input_row_offsets, cols, backend="triton")
-    ops.rms_norm_key_cache(ref, gamma, 1e-6, 1, pb.input_row_offsets, cols, backend="reference")
-    _check_blocks(pb.kv.blocks, ref.blocks)
+    """The kernel against the reference; eps = 0.5 is about mean(x^2) of these rows (randn), so an eps that the
+    kernel dropped or misplaced shows."""
+    for eps in (1e-6, 0.5):
+        pb = _batch(page_size, fill_new_tokens=True)
+        ref = _twin(pb)
+        gamma = 1 + 0.1 * _randn(cols, seed=4)
+        ops.rms_norm_key_cache(pb.kv, gamma, eps, 1, pb.input_row_offsets, cols, backend="triton")
+        ops.rms_norm_key_cache(ref, gamma, eps, 1, pb.input_row_offsets, cols, backend="reference")
+        _check_blocks(pb.kv.blocks, ref.blocks)
 
 
 def test_rms_norm_grid_is_one_dimensional(monkeypatch):

@@ -69,9 +69,13 @@ BATCHES = [
 ]
 
 
+# every mask of pagedmla.masks, with a window where it takes one (test_every_mask_code_is_exercised)
+DECODE_MASKS = [("null", -1), ("causal", -1), ("sliding_window_causal", 3), ("sliding_window_noncausal", 5),
+                ("chunked", 4), ("chunked_causal", 4)]
+
+
 @pytest.mark.parametrize("cache_lengths,new_lengths,page_size", BATCHES)
-@pytest.mark.parametrize("mask,window", [("null", -1), ("causal", -1), ("sliding_window_causal", 3),
-                                         ("sliding_window_noncausal", 5), ("chunked", 4), ("chunked_causal", 4)])
+@pytest.mark.parametrize("mask,window", DECODE_MASKS)
 def test_decode_matches_naive_attention(cache_lengths, new_lengths, page_size, mask, window):
     pb = make_paged_batch(cache_lengths, new_lengths, head_size=HEAD, page_size=page_size, seed=1)
     q = torch.randn(pb.num_rows, 3, HEAD)
@@ -83,13 +87,28 @@ def test_decode_matches_naive_attention(cache_lengths, new_lengths, page_size, m
 
 
 @pytest.mark.parametrize("parts", [2, 3, 7, 40])
-def test_split_decode_equals_unsplit(parts):
+def test_split_decode_equals_unsplit(parts, monkeypatch):
+    """The reference really splits each sequence's keys into `parts` pieces (its attention step runs once per
+    piece; 40 leaves some pieces empty) and merges them to the unsplit answer."""
+    from pagedmla.reference import decode as ref_decode
+
+    pieces = []
+
+    def counted(*args, **kwargs):
+        pieces.append(args[0].shape[-1])
+        return attend(*args, **kwargs)
+
+    attend = ref_decode.attend
+    monkeypatch.setattr(ref_decode, "attend", counted)
     pb = make_paged_batch([21, 3, 40], [2, 1, 3], head_size=HEAD, page_size=4, seed=2)
     q = torch.randn(pb.num_rows, 4, HEAD)
     one, lse1 = pm.mla_decode_kv_cache_ragged(q, pb.input_row_offsets, pb.kv, 1, 0.2, return_lse=True,
                                               qk_rope_head_dim=ROPE, num_partitions=1, **REF)
+    assert len(pieces) == 3
+    pieces.clear()
     split, lse2 = pm.mla_decode_kv_cache_ragged(q, pb.input_row_offsets, pb.kv, 1, 0.2, return_lse=True,
                                                 qk_rope_head_dim=ROPE, num_partitions=parts, **REF)
+    assert len(pieces) == 3 * parts and sum(pieces) == sum(pb.totals)
     assert_close(split, one, atol=2e-6, rtol=1e-5)
     assert_close(lse2, lse1, atol=2e-6, rtol=1e-6, name="lse")
 
@@ -143,11 +162,12 @@ def _prefill_inputs(pb, heads, nope, v_dim, seed=5):
     return w_kv_b, q
 
 
-def naive_prefill(pb, q, w_kv_b, scale, nope, mask="causal", window=-1, layer=0):
+def naive_prefill(pb, q, w_kv_b, scale, nope, mask="causal", window=-1, layer=0, with_lse=False):
     heads = q.shape[1]
     w = w_kv_b.view(heads, -1, LATENT).double()
     offs = pb.input_row_offsets.tolist()
     out = torch.zeros(q.shape[0], heads, w.shape[1] - nope, dtype=torch.float64)
+    lse = torch.full((q.shape[0], heads), float("-inf"), dtype=torch.float64)
     for b in range(len(offs) - 1):
         rows = pb.dense_rows(b, layer)[:, 0].double()
         kv = torch.einsum("nl,hdl->nhd", rows[:, :LATENT], w)
@@ -157,8 +177,9 @@ def naive_prefill(pb, q, w_kv_b, scale, nope, mask="causal", window=-1, layer=0)
             allowed = [naive_mask(mask, q_pos, j, n, window) for j in range(n)]
             for h in range(heads):
                 keys = torch.cat([kv[:, h, :nope], rows[:, LATENT:]], dim=-1)
-                out[g, h] = naive_softmax_attention(scale * keys @ q[g, h].double(), kv[:, h, nope:], allowed)[0]
-    return out
+                out[g, h], lse[g, h] = naive_softmax_attention(scale * keys @ q[g, h].double(), kv[:, h, nope:],
+                                                               allowed)
+    return (out, lse) if with_lse else out
 
 
 @pytest.mark.parametrize("buffer_size", [pytest.param(4096, id="one-chunk"), pytest.param(8, id="chunks-of-8"),
@@ -171,8 +192,9 @@ def test_chunked_prefill_matches_naive(buffer_size, mask, window):
     w_kv_b, q = _prefill_inputs(pb, heads, nope, v_dim)
     out, lse = pm.mla_prefill(q, pb.input_row_offsets, pb.kv, 1, w_kv_b, 0.3, buffer_size=buffer_size, mask=mask,
                               local_window_size=window, return_lse=True, **REF)
-    assert_close(out, naive_prefill(pb, q, w_kv_b, 0.3, nope, mask, window, layer=1), atol=2e-5, rtol=1e-4)
-    assert torch.isfinite(lse).all()
+    want, want_lse = naive_prefill(pb, q, w_kv_b, 0.3, nope, mask, window, layer=1, with_lse=True)
+    assert_close(out, want, atol=2e-5, rtol=1e-4)
+    assert_close(lse, want_lse, atol=2e-5, rtol=1e-5, name="lse")
 
 
 def test_prefill_plan_worked_example_from_spec():
@@ -239,14 +261,17 @@ def test_k_and_kv_matmul_store_rows_and_touch_nothing_else():
     assert_close(mha.dense_rows(0, 1, kv=1)[1:], c[:, 1], atol=1e-5)
 
 
-def test_rms_norm_key_cache_formula():
+@pytest.mark.parametrize("eps", [1e-6, 0.5])
+def test_rms_norm_key_cache_formula(eps):
+    """x / sqrt(mean(x^2) + eps) * gamma on the new rows' latent columns; eps = 0.5 is about mean(x^2) of these
+    rows, so a formula that drops or misplaces eps fails."""
     pb = make_paged_batch([3], [2], head_size=HEAD, page_size=2, seed=11)
     rows_before = pb.dense_rows(0)[:, 0].clone()
     gamma = torch.randn(LATENT)
-    pm.rms_norm_key_cache(pb.kv, gamma, 1e-6, 0, pb.input_row_offsets, rms_norm_cols=LATENT, **REF)
+    pm.rms_norm_key_cache(pb.kv, gamma, eps, 0, pb.input_row_offsets, rms_norm_cols=LATENT, **REF)
     rows = pb.dense_rows(0)[:, 0]
     x = rows_before[3:, :LATENT]
-    want = x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6) * gamma
+    want = x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gamma
     assert_close(rows[3:, :LATENT], want, atol=1e-5, rtol=1e-5)
     assert torch.equal(rows[3:, LATENT:], rows_before[3:, LATENT:])
     assert torch.equal(rows[:3], rows_before[:3])
@@ -337,28 +362,41 @@ def test_sparse_row_with_no_valid_index_gives_zero_and_minus_inf():
     assert torch.isneginf(lse[0]).all() and torch.isfinite(lse[1]).all()
 
 
+def _dequantized_by_hand(rows, scales, granularity=None, rope=None):
+    """FP8 cache rows as float32, written out here rather than taken from the reference: element d times
+    scale[d // G] (the last group may be short); or, for the rope-aware row, the latent bytes times the row's
+    one scale and the last 2 * rope bytes viewed as bf16 values."""
+    if rope is not None:
+        cut = rows.shape[-1] - 2 * rope
+        return torch.cat([rows[..., :cut].float() * scales,
+                          rows[..., cut:].contiguous().view(torch.bfloat16).float()], dim=-1)
+    return rows.float() * scales.repeat_interleave(granularity, dim=-1)[..., :rows.shape[-1]]
+
+
 @pytest.mark.parametrize("granularity", [16, 64, 80, 48, 36])
 def test_fp8_cache_decode_equals_decode_of_dequantized_cache(granularity):
-    from pagedmla.reference import dequantize_rows
-
+    """The reference decodes an FP8 cache as the float32 cache its rows dequantize to (dequantized here, by
+    hand), and that cache is within e4m3's rounding of the original (the scales themselves are checked in
+    test_cache.py)."""
     pb = make_paged_batch([7, 2], [1, 2], head_size=HEAD, page_size=4, seed=17, poison=False)
     q8 = pm.quantize_kv_cache(pb.kv, granularity)
-    deq = pb.kv.replace(blocks=dequantize_rows(q8.blocks, q8.scales, granularity=granularity))
+    deq = pb.kv.replace(blocks=_dequantized_by_hand(q8.blocks, q8.scales, granularity))
     q = torch.randn(pb.num_rows, 2, HEAD)
     got = pm.mla_decode_kv_cache_ragged(q, pb.input_row_offsets, q8, 0, 0.3, qk_rope_head_dim=ROPE, **REF)
     want = pm.mla_decode_kv_cache_ragged(q, pb.input_row_offsets, deq, 0, 0.3, qk_rope_head_dim=ROPE, **REF)
     assert_close(got, want, atol=1e-6, rtol=1e-5)
-    # the dequantized cache is within FP8 error of the original: a wrong group size would not be
     rel = (deq.blocks - pb.kv.blocks).abs() / pb.kv.blocks.abs().amax(-1, keepdim=True).clamp_min(1e-6)
     assert float(rel.max()) < 0.07
 
 
 def test_rope_aware_fp8_row_with_fp8_q():
-    from pagedmla.reference import dequantize_rows, quantize_rows
+    """The rope-aware FP8 cache and FP8 q decode as their rows dequantized by hand (latent bytes times the row's
+    scale, the rope bytes as bf16): exactly, in bf16 output."""
+    from pagedmla.reference import quantize_rows
 
     pb = make_paged_batch([7, 2], [1, 2], head_size=HEAD, page_size=4, seed=18, poison=False)
     ra = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=ROPE)
-    deq = pb.kv.replace(blocks=dequantize_rows(ra.blocks, ra.scales, rope_aware=True, qk_rope_head_dim=ROPE))
+    deq = pb.kv.replace(blocks=_dequantized_by_hand(ra.blocks, ra.scales, rope=ROPE))
     qf = torch.randn(pb.num_rows, 2, HEAD)
     q_rows, q_scales = quantize_rows(qf, HEAD, rope_aware=True, qk_rope_head_dim=ROPE)
     # one scale per q row g: use the max over heads so q_scale is [T]
@@ -367,7 +405,7 @@ def test_rope_aware_fp8_row_with_fp8_q():
                         qf[..., LATENT:].to(torch.bfloat16).contiguous().view(torch.float8_e4m3fn)], dim=-1)
     got = pm.mla_decode_kv_cache_ragged(q_rows, pb.input_row_offsets, ra, 0, 0.3, q_scale=q_scale,
                                         per_token_scale_rope_aware=True, qk_rope_head_dim=ROPE, **REF)
-    q_deq = dequantize_rows(q_rows, q_scale.view(-1, 1, 1).expand(-1, 2, 1), rope_aware=True, qk_rope_head_dim=ROPE)
+    q_deq = _dequantized_by_hand(q_rows, q_scale.view(-1, 1, 1), rope=ROPE)
     want = pm.mla_decode_kv_cache_ragged(q_deq, pb.input_row_offsets, deq, 0, 0.3, qk_rope_head_dim=ROPE, **REF)
     assert got.dtype == torch.bfloat16
     assert_close(got, want.to(torch.bfloat16), atol=0)
@@ -386,5 +424,8 @@ def test_fp8_q_scale_multiplies_the_logits():
 
 
 def test_every_mask_code_is_exercised():
+    """The contract's six masks are the library's, and the naive-attention decode test runs each of them (a mask
+    added to the library fails here until that test covers it)."""
     assert set(MASK_CODES) == {"null", "causal", "sliding_window_causal", "sliding_window_noncausal", "chunked",
                                "chunked_causal"}
+    assert {mask for mask, _ in DECODE_MASKS} == set(MASK_CODES)

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import pagedmla as pm
+from pagedmla.ops import _triton_sparse_decode
 from pagedmla.ops._triton_sparse_decode import _split_count
 from pagedmla.testing import assert_close, make_paged_batch
 
@@ -74,7 +75,24 @@ def test_fold_promise_covers_the_extra_stream():
             backend="reference")
 
 
-def test_explicit_sparse_split_is_honoured():
+class _GridSpy:
+    """Stands in for a Triton kernel and records the grid of each launch."""
+
+    def __init__(self, kernel):
+        self.kernel, self.grids = kernel, []
+
+    def __getitem__(self, grid):
+        self.grids.append(grid)
+        return self.kernel[grid]
+
+
+def test_explicit_sparse_split_is_honoured(monkeypatch):
+    """num_partitions=3 gives each query token's index list 3 programs (the grid's second axis) and a combine;
+    1 gives one program and no combine; both match the reference."""
+    spy = _GridSpy(_triton_sparse_decode._mla_sparse_decode_kernel)
+    monkeypatch.setattr(_triton_sparse_decode, "_mla_sparse_decode_kernel", spy)
+    combine = _GridSpy(_triton_sparse_decode._mla_sparse_decode_combine_kernel)
+    monkeypatch.setattr(_triton_sparse_decode, "_mla_sparse_decode_combine_kernel", combine)
     assert _split_count(3, 1) == 3
     assert _split_count(0, 2) == 2
     pb = _batch(cache=(20, 13), new=(2, 1))
@@ -93,3 +111,5 @@ def test_explicit_sparse_split_is_honoured():
                                                  backend="triton", **kw)
         assert_close(got, want, atol=2e-5, rtol=1e-5, name=f"output, {parts} splits")
         assert_close(lse, want_lse, atol=2e-5, rtol=1e-5, name=f"lse, {parts} splits")
+        assert spy.grids[-1][1] == parts
+        assert len(combine.grids) == (parts > 1)
