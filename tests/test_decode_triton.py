@@ -32,6 +32,7 @@ from pagedmla.configs.decode import (
 )
 from pagedmla.kernels import mla_decode
 from pagedmla.kernels.common import GDC_AVAILABLE
+from pagedmla.kernels.fp8 import _cast
 from pagedmla.masks import visible
 from pagedmla.ops import _triton_decode
 from pagedmla.ops._dispatch import interpreter_enabled
@@ -1386,3 +1387,25 @@ def test_ring_rejects_bad_configs(monkeypatch):
     for slots in (1, 9):
         with pytest.raises(ValueError, match="ring_slots 0 or 2 to 8"):
             launch(dataclasses.replace(RING, ring_slots=slots))
+
+
+@triton.jit
+def _cast_kernel(x_ptr, y_ptr, N: tl.constexpr, INTERPRET: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(y_ptr + i, _cast(tl.load(x_ptr + i), tl.bfloat16, INTERPRET))
+
+
+def test_interpreter_bf16_cast_rounds_like_torch():
+    """`fp8._cast`, which the kernels use for float32 -> bf16 (the interpreter's own conversion truncates), gives
+    torch's round-to-nearest-even on ties, carries, subnormals, infinities and NaNs with any payload (one whose
+    low bits are all set would carry into the sign and come out as -0 if it were rounded like a number)."""
+    words = [0x3F800000, 0x3F800001, 0x3F808000, 0x3F818000, 0x3F80FFFF, 0x7F7FFFFF, 0x00000001, 0x807FFFFF,
+             0x7F800000, 0xFF800000, 0x7FC00000, 0x7FFFFFFF, 0xFFFFFFFF, 0x7F800001]
+    bits = torch.tensor(words, dtype=torch.int64).to(torch.int32)
+    x = bits.view(torch.float32)
+    y = torch.empty(16, dtype=torch.bfloat16)
+    _cast_kernel[(1,)](torch.cat([x, torch.zeros(2)]), y, N=16, INTERPRET=interpreter_enabled())
+    got, want = y[:len(words)].float(), x.to(torch.bfloat16).float()
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    finite = ~torch.isnan(want)
+    assert torch.equal(got[finite], want[finite]) and torch.equal(got[finite].signbit(), want[finite].signbit())

@@ -11,10 +11,13 @@ from .common import dot, hide_from_dot_chain
 @triton.jit
 def _cast(x, DTYPE: tl.constexpr, INTERPRET: tl.constexpr):
     """`x.to(DTYPE)` rounding to nearest even: the CPU interpreter truncates float32 -> bf16, so there the
-    rounding is done on the bits first (finite values; inf stays inf)."""
+    rounding is done on the bits first (inf stays inf). A NaN becomes the quiet NaN: rounded like a number, or
+    truncated, one with only low payload bits would turn into inf and one with all of them set into -0, and a NaN
+    must stay a NaN for the tests to see it."""
     if INTERPRET and DTYPE == tl.bfloat16:
         bits = x.to(tl.float32).to(tl.uint32, bitcast=True)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        nan = (bits & 0x7FFFFFFF) > 0x7F800000
+        bits = tl.where(nan, 0x7FC00000, (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000)
         return bits.to(tl.float32, bitcast=True).to(DTYPE)
     return x.to(DTYPE)
 
