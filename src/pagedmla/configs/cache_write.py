@@ -95,13 +95,14 @@ def matmul_to_cache_heuristic(num_rows: int, out_features: int, in_features: int
     edges, and no splits (the tests name split configs themselves).
 
     Unsplit 128 x 128 tiles with one tail tile per row tile (DeepSeek's 576 = 4 x 128 + 64: from 2049 rows on 132
-    SMs, timed from 3072) run the tail inside the main programs (`tail_in_main`) with 4 warps and 5 stages: H200, graph-timed, 7168 -> 576,
-    two alternating runs each (`benchmarks/results/session-8/k_matmul-tail-in-main-b2d7339.txt`): 3072 rows
-    51.9 / 52.1 us against 59.1 / 59.1 us (8 warps, 3 stages, tail programs split 2 ways); 4096 rows 59.0 / 59.2
-    against 66.6 / 65.2 us; 8192 rows 127.9 / 123.5 against 141.1 / 134.3 us. (4 warps and 4 stages with tail
-    programs instead: 73.2 us at 4096 rows, the tail programs a second wave; the same tiles into 512 columns, no
-    tail: 47.3 us.) At 16384 and 32768 rows the stream-K below measured even or better (239.3 / 255.2 against
-    244.2 / 253.6 us; 484.0 / 473.9 against 488.0 / 488.3 us).
+    SMs, timed from 3072) run the tail inside the main programs (`tail_in_main`) with 4 warps and 5 stages: H200,
+    graph-timed, 7168 -> 576, two alternating runs each
+    (`benchmarks/results/session-8/k_matmul-tail-in-main-b2d7339.txt`): 3072 rows 51.9 / 52.1 us against 59.1 / 59.1
+    us (8 warps, 3 stages, tail programs split 2 ways); 4096 rows 59.0 / 59.2 against 66.6 / 65.2 us; 8192 rows
+    127.9 / 123.5 against 141.1 / 134.3 us. (4 warps and 4 stages with tail programs instead: 73.2 us at 4096 rows,
+    the tail programs a second wave; the same tiles into 512 columns, no tail: 47.3 us.) At 16384 and 32768 rows the
+    stream-K below measured even or better (239.3 / 255.2 against 244.2 / 253.6 us; 484.0 / 473.9 against 488.0 /
+    488.3 us).
 
     From STREAM_MIN_ROWS rows, an output width that 128 + 64 column tiles cover exactly (DeepSeek's 576) takes
     stream-K (`stream_workers`), as long as those tiles leave at least four groups of programs (wider outputs
