@@ -16,6 +16,7 @@ from pagedmla.masks import mask_code
 from pagedmla.ops import _triton_prefill
 from pagedmla.reference.attention import merge_states
 from pagedmla.testing import adversarial_lengths, assert_close, assert_close_to_reference, make_paged_batch
+from test_reference import _dequantized_by_hand
 
 MASKS = [("null", -1), ("causal", -1), ("sliding_window_causal", 5), ("sliding_window_noncausal", 7),
          ("chunked", 4), ("chunked_causal", 6)]
@@ -147,9 +148,7 @@ def test_decompress_rope_aware_cache():
     plain cache it dequantizes to: its latent columns times the row's scale (the rope bytes are not gathered)."""
     pb = _batch(16, head_size=80)
     kv = quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=16)
-    # dequantized by hand: the 64 latent bytes times the row's scale, the 32 rope bytes as 16 bf16 values
-    plain = pb.kv.replace(blocks=torch.cat([kv.blocks[..., :64].float() * kv.scales,
-                                            kv.blocks[..., 64:].contiguous().view(torch.bfloat16).float()], -1))
+    plain = pb.kv.replace(blocks=_dequantized_by_hand(kv.blocks, kv.scales, rope=16))
     weight = _randn(2 * 32, 64, seed=5, scale=0.2)
     for (c, (lat, want_lat), (kb, want_kb)), (_, (lat_p, _), _) in zip(_decompress_both(pb, kv, weight),
                                                                     _decompress_both(pb, plain, weight)):
