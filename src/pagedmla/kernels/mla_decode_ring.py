@@ -113,14 +113,14 @@ def _decode_sequence(b, w, first_seq, first_key, last_seq, stop_key, q_ptr, out_
             inv = _finish_scale(l_i, has, m_i, sink_ptr, heads, rows_ok, HAS_SINK)
             o_tok = (row_start + tok).to(gl.int64)
             _store_rows(out_ptr, o_tok * stride_o_t + heads.to(gl.int64) * stride_o_h, acc0, acc1, acc2, acc3,
-                        inv, rows_ok)
+                        inv, rows_ok, False)
             gl.store(lse_ptr + o_tok * stride_lse_t + heads.to(gl.int64) * stride_lse_h, lse, mask=rows_ok)
         else:
             slot = (2 * w + (b != first_seq).to(gl.int32)).to(gl.int64)
             inv = gl.where(has, 1.0 / gl.where(has, l_i, 1.0), 0.0)
             _store_rows(part_out_ptr, slot * stride_po_s + rows.to(gl.int64) * stride_po_r, acc0, acc1, acc2,
-                        acc3, inv, rows_ok)
-            gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok)
+                        acc3, inv, rows_ok, True)
+            gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, eviction_policy="evict_last")
 
 
 # sizes that change per step or per layer are not specialized (no recompile when one becomes 1 or changes its

@@ -333,10 +333,11 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
                              + heads * stride_lse_h, lse, mask=rows_ok)
             else:
                 slot = (2 * w + (b != first_seq).to(gl.int32)).to(gl.int64)
+                # kept in L2 for the combine (see `mla_sparse_decode_ring._store_rows`)
                 gl.store(part_out_ptr + slot * stride_po_s + r.to(gl.int64)[:, None] * stride_po_r + d[None, :], out,
-                         mask=r_ok)
+                         mask=r_ok, eviction_policy="evict_last")
                 if C == 0:
-                    gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok)
+                    gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, eviction_policy="evict_last")
 
 
 # like `_mla_decode_kernel`: no recompile when a size becomes 1 or changes its divisibility by 16 (a multi-second

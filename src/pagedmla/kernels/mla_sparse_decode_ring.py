@@ -363,12 +363,16 @@ def _pv(p_op, lat, c: gl.constexpr, acc, alpha):
 
 
 @gluon.jit
-def _store_chunk(ptr, row_off, c: gl.constexpr, acc, scale, rows_ok):
-    """Row-scaled output chunk c to `ptr + row_off[row] + column` (converted to the pointer's dtype)."""
+def _store_chunk(ptr, row_off, c: gl.constexpr, acc, scale, rows_ok, KEEP: gl.constexpr):
+    """Row-scaled output chunk c to `ptr + row_off[row] + column` (converted to the pointer's dtype); KEEP: see
+    `_store_rows`."""
     layout: gl.constexpr = _mma()
     cols = c * CHUNK + gl.arange(0, CHUNK, gl.SliceLayout(0, layout))
-    gl.store(ptr + row_off[:, None] + cols[None, :], (acc * scale[:, None]).to(ptr.dtype.element_ty),
-             mask=rows_ok[:, None])
+    val = (acc * scale[:, None]).to(ptr.dtype.element_ty)
+    if KEEP:
+        gl.store(ptr + row_off[:, None] + cols[None, :], val, mask=rows_ok[:, None], eviction_policy="evict_last")
+    else:
+        gl.store(ptr + row_off[:, None] + cols[None, :], val, mask=rows_ok[:, None])
 
 
 @gluon.jit
@@ -516,12 +520,14 @@ def _finish_scale(l_i, has, m_i, sink_ptr, heads, rows_ok, HAS_SINK: gl.constexp
 
 
 @gluon.jit
-def _store_rows(ptr, row_off, acc0, acc1, acc2, acc3, scale, rows_ok):
-    """The four row-scaled output chunks to `ptr + row_off[row] + column`."""
-    _store_chunk(ptr, row_off, 0, acc0, scale, rows_ok)
-    _store_chunk(ptr, row_off, 1, acc1, scale, rows_ok)
-    _store_chunk(ptr, row_off, 2, acc2, scale, rows_ok)
-    _store_chunk(ptr, row_off, 3, acc3, scale, rows_ok)
+def _store_rows(ptr, row_off, acc0, acc1, acc2, acc3, scale, rows_ok, KEEP: gl.constexpr):
+    """The four row-scaled output chunks to `ptr + row_off[row] + column`. KEEP (partial results, which the
+    combine reads right after the kernel): stored with L2 policy evict_last, so that the cache rows streaming
+    through L2 do not push the early pieces' partials out to memory before then."""
+    _store_chunk(ptr, row_off, 0, acc0, scale, rows_ok, KEEP)
+    _store_chunk(ptr, row_off, 1, acc1, scale, rows_ok, KEEP)
+    _store_chunk(ptr, row_off, 2, acc2, scale, rows_ok, KEEP)
+    _store_chunk(ptr, row_off, 3, acc3, scale, rows_ok, KEEP)
 
 
 # no recompile when a size becomes 1 or changes its divisibility by 16 (a multi-second compile in the middle of
@@ -590,11 +596,11 @@ def _mla_sparse_decode_ring_kernel(
     if SPLIT:
         inv = gl.where(has, 1.0 / gl.where(has, l_i, 1.0), 0.0)
         row_off = split.to(gl.int64) * stride_po_s + tok.to(gl.int64) * stride_po_t + rows.to(gl.int64) * stride_po_h
-        _store_rows(part_out_ptr, row_off, acc0, acc1, acc2, acc3, inv, rows_ok)
+        _store_rows(part_out_ptr, row_off, acc0, acc1, acc2, acc3, inv, rows_ok, True)
         gl.store(part_lse_ptr + split.to(gl.int64) * stride_pl_s + tok.to(gl.int64) * stride_pl_t + rows, lse,
-                 mask=rows_ok)
+                 mask=rows_ok, eviction_policy="evict_last")
     else:
         inv = _finish_scale(l_i, has, m_i, sink_ptr, rows, rows_ok, HAS_SINK)
         row_off = tok.to(gl.int64) * stride_o_t + rows.to(gl.int64) * stride_o_h
-        _store_rows(out_ptr, row_off, acc0, acc1, acc2, acc3, inv, rows_ok)
+        _store_rows(out_ptr, row_off, acc0, acc1, acc2, acc3, inv, rows_ok, False)
         gl.store(lse_ptr + tok.to(gl.int64) * stride_lse_t + rows.to(gl.int64) * stride_lse_h, lse, mask=rows_ok)
