@@ -520,7 +520,7 @@ def _mla_decode_kernel(
             else:
                 slot = (2 * w + (b != first_seq).to(tl.int32)).to(tl.int64)
                 inv = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
-                # kept in L2 for the combine, which reads them right after this kernel
+                # L2 policy evict_last: see `mla_sparse_decode_ring._store_rows`
                 tl.store(part_out_ptr + slot * stride_po_s + offs_e[:, None].to(tl.int64) * stride_po_r
                          + offs_d[None, :], acc * inv[:, None], mask=m_ok[:, None], eviction_policy="evict_last")
                 tl.store(part_lse_ptr + slot * stride_pl_s + offs_e, lse, mask=m_ok, eviction_policy="evict_last")
@@ -567,12 +567,11 @@ def _mla_decode_combine_kernel(
             p_ok = piece < num_pieces
             slot = tl.where(piece == 0, first_slot, 2 * (first + piece)).to(tl.int64)
             ok = p_ok[:, None] & m_ok[None, :]
-            # read once: first out of L2 (the decode kernels store them with evict_last)
             lse_p = tl.load(part_lse_ptr + slot[:, None] * stride_pl_s + offs_m[None, :], mask=ok,
-                            other=float("-inf"), eviction_policy="evict_first")  # [BLOCK_P, BLOCK_R]
+                            other=float("-inf"))  # [BLOCK_P, BLOCK_R]
             o_p = tl.load(part_out_ptr + slot[:, None, None] * stride_po_s
                           + offs_m[None, :, None].to(tl.int64) * stride_po_r + offs_d[None, None, :],
-                          mask=ok[:, :, None], other=0.0, eviction_policy="evict_first")  # [BLOCK_P, BLOCK_R, BLOCK_DV]
+                          mask=ok[:, :, None], other=0.0)  # [BLOCK_P, BLOCK_R, BLOCK_DV]
             m_new = tl.maximum(m_i, tl.max(lse_p, 0))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp(m_i - m_safe)

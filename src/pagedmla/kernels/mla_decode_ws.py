@@ -333,7 +333,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
                              + heads * stride_lse_h, lse, mask=rows_ok)
             else:
                 slot = (2 * w + (b != first_seq).to(gl.int32)).to(gl.int64)
-                # kept in L2 for the combine (see `mla_sparse_decode_ring._store_rows`)
+                # L2 policy evict_last: see `mla_sparse_decode_ring._store_rows`
                 gl.store(part_out_ptr + slot * stride_po_s + r.to(gl.int64)[:, None] * stride_po_r + d[None, :], out,
                          mask=r_ok, eviction_policy="evict_last")
                 if C == 0:
