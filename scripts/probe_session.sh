@@ -1,32 +1,36 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: which of the two L2 hints of the commit (partials stored with
-# evict_last, read by the dense combine with evict_first) makes the 16-head decode faster, and whether the sparse
-# ring's stored hint changes the sparse decode; then the dense and sparse gpu tiers at COMMIT.
-# Trees: BASE (ab_base/, the commit before the hints), STORES (ab_s/, the stores' hint only), LOADS (ab_l/, the
-# combine's hint only), COMMIT (src/, both). Carry each as `git archive <sha> src | tar -x -C ab_x`.
-# Usage on the device: COMMIT=<sha> BASE=<sha> STORES=<sha> LOADS=<sha> OUT=<dir> bash scripts/probe_session.sh
+# One device call (edit per session). This one: the session's last code, COMMIT. The gpu tests of the kernels
+# whose partial stores changed (the ring, warp-specialized, split, graph and wait tests of the dense decode; the
+# sparse ring and split tests: the selection that passed with the hints at 908da8a), then the harness rows of
+# the targets (BENCHMARKS.md "Against the targets"). Text into one file, JSON rows merged into one file (a call
+# returns at most 8 files).
+# Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-trees="$BASE:ab_base/src $STORES:ab_s/src $LOADS:ab_l/src $COMMIT:src"
-for run in 1 2; do
-  for tree in $trees; do
-    rev=${tree%%:*}; path=${tree#*:}
-    f="$OUT/ab-decode-${rev:0:7}-run$run.txt"
-    PYTHONPATH=$path timeout 45 python3 -m pagedmla.cli bench decode --heads 16 --batch 64 128 --keys 4096 \
-      --kv-dtype bf16 --no-reference --commit "$rev" > "$f" 2>&1
-    echo "== decode ${rev:0:7} run $run"; grep -E "^decode" "$f" | cut -c1-100
-  done
-done
-for run in 1 2; do
-  for tree in "$BASE:ab_base/src" "$COMMIT:src"; do
-    rev=${tree%%:*}; path=${tree#*:}
-    f="$OUT/ab-sparse-${rev:0:7}-run$run.txt"
-    PYTHONPATH=$path timeout 60 python3 -m pagedmla.cli bench sparse --heads 16 --batch 64 128 --kv-dtype bf16 \
-      --no-reference --commit "$rev" > "$f" 2>&1
-    echo "== sparse ${rev:0:7} run $run"; grep -E "^ceilings|^sparse" "$f" | cut -c1-100
-  done
-done
-PYTHONPATH=src timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py \
-  tests/test_sparse_decode_triton.py > "$OUT/gpu-tests-$COMMIT.txt" 2>&1
+PYTHONPATH=src timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py \
+  -k "test_gpu_ring or test_gpu_warp_specialized or split or graph or waits_for" \
+  > "$OUT/gpu-tests-$COMMIT.txt" 2>&1
 echo "tests rc $?"; tail -1 "$OUT/gpu-tests-$COMMIT.txt"; grep -E "^FAILED|^E  " "$OUT/gpu-tests-$COMMIT.txt" | head -12
+PYTHONPATH=src timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_sparse_decode_triton.py \
+  -k "sparse_ring_matches or split" > "$OUT/gpu-tests-sparse-$COMMIT.txt" 2>&1
+echo "sparse tests rc $?"; tail -1 "$OUT/gpu-tests-sparse-$COMMIT.txt"
+J=/tmp/bench-json; mkdir -p $J
+bench() {  # name, then the harness's arguments
+  local name=$1; shift
+  PYTHONPATH=src timeout 120 python3 -m pagedmla.cli bench "$@" --no-reference --commit "$COMMIT" \
+    --json "$J/$name.json" >> "$OUT/bench-$COMMIT.txt" 2>&1
+  echo "== $name rc $?"
+}
+bench decode decode --heads 16 128 --kv-dtype bf16
+bench decode-n8192 decode --heads 16 128 --batch 64 --keys 8192
+bench decode-fp8 decode --heads 16 --batch 64 128 --keys 4096 --kv-dtype fp8
+bench mtp mtp
+bench sparse-fp8 sparse --heads 128 64 --batch 64 128 --keys 32768 --kv-dtype fp8
+bench sparse-bf16 sparse --heads 16 --batch 64 128 --kv-dtype bf16
+python3 - "$J" "$OUT/bench-$COMMIT.json" <<'PY'
+import json, pathlib, sys
+rows = {p.stem: json.loads(p.read_text()) for p in sorted(pathlib.Path(sys.argv[1]).glob("*.json"))}
+pathlib.Path(sys.argv[2]).write_text(json.dumps(rows, indent=1))
+PY
+grep -E "^ceilings|^(decode|mtp|sparse) " "$OUT/bench-$COMMIT.txt" | cut -c1-110
