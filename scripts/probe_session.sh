@@ -1,21 +1,14 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: does the split-KV partials' L2 hint (stores with evict_last,
-# 435be7d) still pay when other memory traffic runs between decode calls (an engine's other kernels between two
-# layers)? BASE (ab_base/, the tree before the hint) against COMMIT (src/), alternating, two runs each, at 16
-# heads B64 and B128 N4096. Carry ab_base, made with `git archive <sha> src | tar -x -C ab_base`.
-# Usage on the device: COMMIT=<sha> BASE=<sha> OUT=<dir> bash scripts/probe_session.sh
+# One device call (edit per session). This one: where the warp-specialized decode's time goes at batch 1 and 128
+# heads (benchmarks/experiments/ws_timeline.py: stamped copy of the kernel in a graph of back-to-back calls), with
+# B64 N4096 at 128 heads beside it, then the same case's kernel profile for the unstamped kernel.
+# Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-for run in 1 2; do
-  for tree in "$BASE:ab_base/src" "$COMMIT:src"; do
-    rev=${tree%%:*}; path=${tree#*:}
-    for case in 64,4096,16 128,4096,16; do
-      echo "== ${rev:0:7} run $run" >> "$OUT/l2-between-calls.txt"
-      PYTHONPATH=$path timeout 90 python3 benchmarks/experiments/l2_between_calls.py --case $case \
-        >> "$OUT/l2-between-calls.txt" 2>&1
-      echo "rc $?" >> "$OUT/l2-between-calls.txt"
-    done
-  done
-done
-cat "$OUT/l2-between-calls.txt"
+PYTHONPATH=src timeout 200 python3 benchmarks/experiments/ws_timeline.py --case 1,16384,128,1 --case 1,4096,128,1 \
+  --case 64,4096,128,1 --json "$OUT/ws-timeline-$COMMIT.json" > "$OUT/ws-timeline-$COMMIT.txt" 2>&1
+echo "timeline rc $?"
+PYTHONPATH=src timeout 90 python3 benchmarks/decode_probe.py --case 1,16384,128,1 --case 1,4096,128,1 --profile \
+  >> "$OUT/ws-timeline-$COMMIT.txt" 2>&1
+cat "$OUT/ws-timeline-$COMMIT.txt" | grep -v Warning | cut -c1-150 | tail -80
