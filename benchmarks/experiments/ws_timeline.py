@@ -47,7 +47,10 @@ def _stamp(ptr, k: gl.constexpr):
 '''
 
 
-def _patched_source() -> str:
+def _patched_source(no_stores: bool = False) -> str:
+    """The kernel's source with the stamps; `no_stores`: the output and partial tiles' stores predicated off (a
+    runtime-false mask, so their values are still computed and the instructions still issue: what is left of the
+    epilogue without their memory traffic)."""
     import pagedmla.kernels.mla_decode_ws as ws
     src = pathlib.Path(ws.__file__).read_text()
 
@@ -83,12 +86,15 @@ def _patched_source() -> str:
         "eviction_policy=\"evict_last\")\n",
         "                    gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, "
         "eviction_policy=\"evict_last\")\n    _stamp(stamps_ptr, 6 + C)\n")
+    if no_stores:
+        sub("out.to(out_ptr.dtype.element_ty), mask=r_ok)", "out.to(out_ptr.dtype.element_ty), mask=r_ok & (w < 0))")
+        sub("mask=r_ok, eviction_policy=\"evict_last\")", "mask=r_ok & (w < 0), eviction_policy=\"evict_last\")")
     return src
 
 
-def _load_stamped_kernel():
+def _load_stamped_kernel(no_stores: bool = False):
     path = pathlib.Path(tempfile.mkdtemp()) / "mla_decode_ws_stamped.py"
-    path.write_text(_patched_source())
+    path.write_text(_patched_source(no_stores))
     spec = importlib.util.spec_from_file_location("mla_decode_ws_stamped", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -116,13 +122,13 @@ def _pct(values: torch.Tensor) -> dict[str, float]:
     return {f"p{int(p * 100)}": round(float(v[min(len(v) - 1, int(p * (len(v) - 1)))]) / 1000, 2) for p in pick}
 
 
-def timeline(case: Case, calls: int) -> dict:
+def timeline(case: Case, calls: int, no_stores: bool = False) -> dict:
     plan = case.plan()
     num_workers = plan.schedule.shape[0] - 1 - case.batch
     programs = num_workers * ((case.heads * case.q_len + 63) // 64)
     stamps = torch.zeros(calls, programs, WIDTH, dtype=torch.int64, device="cuda")
     original = _triton_decode._mla_decode_ws_kernel
-    swap = _Swap(_load_stamped_kernel(), stamps)
+    swap = _Swap(_load_stamped_kernel(no_stores), stamps)
     _triton_decode._mla_decode_ws_kernel = swap
     try:
         one = case.run(plan, None)
@@ -142,7 +148,7 @@ def timeline(case: Case, calls: int) -> dict:
     if used == 0:
         raise RuntimeError("the case did not run the warp-specialized kernel")
     report = {"case": [case.batch, case.keys, case.heads, case.q_len], "programs": programs, "calls": used,
-              "per_call": []}
+              "no_stores": no_stores, "per_call": []}
     for k in range(1, used - 1):
         s = stamps[k].cpu()
         t0 = int(s[:, 1].min())
@@ -164,15 +170,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", default=[], help="B,N,H,q")
     parser.add_argument("--calls", type=int, default=12)
+    parser.add_argument("--no-stores", action="store_true",
+                        help="predicate off the output and partial stores (the answers are then not written)")
     parser.add_argument("--json")
     args = parser.parse_args()
     reports = []
     for text in args.case:
         b, n, h, q = (int(x) for x in text.split(","))
         case = Case(b, n, h, q)
-        rep = timeline(case, max(args.calls, 3 * len(case.items)))
+        rep = timeline(case, max(args.calls, 3 * len(case.items)), args.no_stores)
         reports.append(rep)
-        print(f"case {text}: {rep['programs']} programs, {rep['calls']} calls")
+        print(f"case {text}: {rep['programs']} programs, {rep['calls']} calls"
+              + (", stores predicated off" if args.no_stores else ""))
         for row in rep["per_call"][1:3]:
             print(f"  call {row['call_us']} us, gap to next call's first post-wait {row['gap_to_next_us']} us")
             for name in STAMPS + ["first_block_wait_us", "loop_us", "epilogue_us", "next_entry_vs_last_exit_us"]:
