@@ -276,7 +276,7 @@ def prefill_ws(block_n: int, stages: int):
 CASES.update({"prefill-ws": partial(prefill_ws, 128, 2), "prefill-ws-n64-s3": partial(prefill_ws, 64, 3)})
 
 
-def decode_ws():
+def decode_ws(tma_out: bool = True):
     """The warp-specialized Gluon decode (`kernels.mla_decode_ws`) with the descriptors its launcher builds
     for DeepSeek's dims (128 heads, a 64-slot page cache of 2 layers)."""
     import torch
@@ -285,25 +285,29 @@ def decode_ws():
     from triton.runtime.jit import mangle_type
 
     from pagedmla.kernels.mla_decode_ws import _mla_decode_ws_kernel
-    from pagedmla.ops._triton_decode import _ws_cache_rows, _ws_q_rows
+    from pagedmla.ops._triton_decode import _ws_cache_rows, _ws_out_rows, _ws_q_rows
 
     q = torch.empty(8, 128, 576, dtype=torch.bfloat16)
+    out = torch.empty(8, 128, 512, dtype=torch.bfloat16)
+    part = torch.empty(64, 512, dtype=torch.float32)
     blocks = torch.empty(16, 1, 2, 64, 1, 576, dtype=torch.bfloat16)
     cache2d = _ws_cache_rows(blocks, 1)[0]
     q2d = _ws_q_rows(q)
 
     def desc(x2d, block):
-        return TensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))
+        dtype = gl.float32 if x2d.dtype == torch.float32 else gl.bfloat16
+        return TensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block, dtype))
     descs = {"q_desc": desc(q2d, [64, 256]), "qr_desc": desc(q2d, [64, 64]), "k_desc": desc(cache2d, [64, 256]),
-             "kr_desc": desc(cache2d, [64, 64])}
+             "kr_desc": desc(cache2d, [64, 64]), "out_desc": desc(_ws_out_rows(out), [64, 256]),
+             "po_desc": desc(part, [64, 256])}
     types = {name: mangle_type(d) for name, d in descs.items()}
     types.update(out_ptr="*bf16", lse_ptr="*fp32", offsets_ptr="*i32", cache_lengths_ptr="*i32", lookup_ptr="*i32",
                  schedule_ptr="*i32", sink_ptr="*fp32", part_out_ptr="*fp32", part_lse_ptr="*fp32")
-    const = dict(HAS_SINK=True, CONSUMER_REGS=240)
+    const = dict(HAS_SINK=True, CONSUMER_REGS=240, TMA_OUT=tma_out)
     return _mla_decode_ws_kernel, types, const, 4, 2
 
 
-CASES.update({"decode-ws": decode_ws})
+CASES.update({"decode-ws": decode_ws, "decode-ws-register-stores": partial(decode_ws, False)})
 
 
 def sparse_ring(slots: int, dtype: str = "bf16", sink: bool = True, split: bool = True):

@@ -48,9 +48,9 @@ def _stamp(ptr, k: gl.constexpr):
 
 
 def _patched_source(no_stores: bool = False) -> str:
-    """The kernel's source with the stamps; `no_stores`: the output and partial tiles' stores predicated off (a
-    runtime-false mask, so their values are still computed and the instructions still issue: what is left of the
-    epilogue without their memory traffic)."""
+    """The kernel's source with the stamps; `no_stores`: the output and partial tiles' register stores (the
+    epilogue without TMA_OUT) predicated off (a runtime-false mask, so their values are still computed and the
+    instructions still issue: what is left of the epilogue without their memory traffic)."""
     import pagedmla.kernels.mla_decode_ws as ws
     src = pathlib.Path(ws.__file__).read_text()
 
@@ -63,9 +63,10 @@ def _patched_source(no_stores: bool = False) -> str:
     sub("from .gluon_common", "from pagedmla.kernels.gluon_common")
     sub("\n\n@gluon.jit\ndef _visible(", _HELPER + "\n\n@gluon.jit\ndef _visible(")
     # the kernel takes the stamp buffer after part_lse_ptr; each consumer takes it last
-    sub("    sink_ptr, part_out_ptr, part_lse_ptr,\n", "    sink_ptr, part_out_ptr, part_lse_ptr, stamps_ptr,\n")
-    sub("stride_pl_s, HAS_SINK: gl.constexpr):\n", "stride_pl_s, HAS_SINK: gl.constexpr, stamps_ptr):\n")
-    sub("                    HAS_SINK)),\n", "                    HAS_SINK, stamps_ptr)),\n", count=2)
+    sub("    sink_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc,\n",
+        "    sink_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, stamps_ptr,\n")
+    sub("HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr):\n", "HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr, stamps_ptr):\n")
+    sub("HAS_SINK, TMA_OUT)),\n", "HAS_SINK, TMA_OUT, stamps_ptr)),\n", count=2)
     sub("    pid = gl.program_id(0)\n    w = pid // num_tiles\n",
         "    pid = gl.program_id(0)\n    _stamp(stamps_ptr, 0)\n    w = pid // num_tiles\n")
     sub("    wait_for_prior_grid(w)\n", "    wait_for_prior_grid(w)\n    if C == 0:\n        _stamp(stamps_ptr, 1)\n")
@@ -82,10 +83,7 @@ def _patched_source(no_stores: bool = False) -> str:
     sub("                pieces += 1\n",
         "                if C == 0:\n                    if pieces == 0:\n                        _stamp(stamps_ptr, 5)\n"
         "                pieces += 1\n")
-    sub("                    gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, "
-        "eviction_policy=\"evict_last\")\n",
-        "                    gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, "
-        "eviction_policy=\"evict_last\")\n    _stamp(stamps_ptr, 6 + C)\n")
+    sub("            epis += 1\n", "            epis += 1\n    _stamp(stamps_ptr, 6 + C)\n")
     if no_stores:
         sub("out.to(out_ptr.dtype.element_ty), mask=r_ok)", "out.to(out_ptr.dtype.element_ty), mask=r_ok & (w < 0))")
         sub("mask=r_ok, eviction_policy=\"evict_last\")", "mask=r_ok & (w < 0), eviction_policy=\"evict_last\")")
@@ -112,7 +110,7 @@ class _Swap:
         def launch(*args, **kwargs):
             buf = self.stamps[self.calls % self.stamps.shape[0]]
             self.calls += 1
-            return self.kernel[grid](*args[:13], buf, *args[13:], **kwargs)
+            return self.kernel[grid](*args[:15], buf, *args[15:], **kwargs)
         return launch
 
 

@@ -160,13 +160,60 @@ def _no_inf(x):
 
 
 @gluon.jit
+def _stage_and_store(C: gl.constexpr, out, whole, q_s, k_s, out_desc, po_desc, q_empty, c0_done, c1_stored, pieces,
+                     epis, out_row, po_row):
+    """Consumer C's normalized output tile `out` `[64, 256]` to memory by a TMA store through shared memory: as
+    bf16 into `out_desc`'s rows from out_row (a whole sequence), else as float32 into the partial rows from
+    po_row. Register stores of the accumulator's layout write a few bytes of 8 rows per instruction; this
+    epilogue took 6.9 us at 128 heads B64 N4096 and 4.8 us at B1 N16384 against under 1 us with the stores
+    predicated off (benchmarks/experiments/ws_timeline.py, BENCHMARKS.md, eighteenth session).
+
+    The tiles: consumer 0 stages in q's tiles once consumer 1 is done reading q (`q_empty`); consumer 1 in ring
+    slot 1 once consumer 0 is done with the piece's blocks (`c0_done`). Each waits until its store has read the
+    tile; consumer 1 then arrives on `c1_stored`, which consumer 0 waits for before the next piece's copies and
+    at its next epilogue (so the two stay within one epilogue of each other and every parity wait names one
+    phase)."""
+    if C == 0:
+        mbarrier.wait(c1_stored, (epis & 1) ^ 1)
+        mbarrier.arrive(c0_done)
+        if pieces > 0:
+            mbarrier.wait(q_empty, (pieces - 1) & 1)
+    else:
+        mbarrier.wait(c0_done, epis & 1)
+    if whole:
+        if C == 0:
+            stage = q_s.index(0)
+        else:
+            stage = k_s.index(2)
+        stage.store(out.to(gl.bfloat16))
+        fence_async_shared()
+        gl.thread_barrier()  # every thread's part of the tile is written before the store reads it
+        tma.async_copy_shared_to_global(out_desc, [out_row, COLS * C], stage)
+    else:
+        if C == 0:
+            stage32 = q_s._reinterpret(gl.float32, [BLOCK_M, COLS], po_desc.layout)
+        else:
+            stage32 = k_s._reinterpret(gl.float32, [2, BLOCK_M, COLS], po_desc.layout).index(1)
+        stage32.store(out)
+        fence_async_shared()
+        gl.thread_barrier()
+        tma.async_copy_shared_to_global(po_desc, [po_row, COLS * C], stage32)
+    tma.store_wait(0)
+    gl.thread_barrier()  # the store has read the tile (the wait holds for the thread that issued it)
+    if C == 1:
+        mbarrier.arrive(c1_stored)
+
+
+@gluon.jit
 def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty,
               k_ready, k_empty, got_a, got_b, got_pa, stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr,
-              lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, t, batch, num_heads,
-              mask_code, window, qk_scale, page_size, page_rows, layer_row0, stride_lt_b, stride_o_t, stride_o_h,
-              stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr):
+              lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
+              c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows, layer_row0,
+              stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
+              HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr):
     """Consumer C: its role in each pair of key blocks (see the module docstring), output columns
-    [256 C, 256 C + 256). `stats` rows: 0 m_a, 1 rowsum(P_a), 2 m_b, 3 rowsum(P_b)."""
+    [256 C, 256 C + 256). `stats` rows: 0 m_a, 1 rowsum(P_a), 2 m_b, 3 rowsum(P_b). TMA_OUT: the output and
+    partial tiles leave through shared memory by TMA stores (`_stage_and_store`)."""
     s_layout: gl.constexpr = mma_layout(BLOCK_N)
     o_layout: gl.constexpr = mma_layout(COLS)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
@@ -181,6 +228,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
     pairs = 0
     pairs_b = 0  # pairs with a block b (got_b completes once per such pair)
     pieces = 0
+    epis = 0  # epilogues done (one per active piece, with or without key blocks)
     for b in range(first_seq, last_seq + 1):
         active, whole, lo, hi, k_lo, n_blocks, row_start, num_q, lo_r, hi_r, lo_max, hi_min = _piece(
             schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, num_heads, mask_code, window, row_layout)
@@ -191,6 +239,9 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
             if n_blocks > 0:
                 lookup_row = lookup_ptr + b.to(gl.int64) * stride_lt_b
                 if C == 0:
+                    if TMA_OUT:
+                        # ring slot 1 held consumer 1's output tile of the previous piece until its TMA store read it
+                        mbarrier.wait(c1_stored, (epis & 1) ^ 1)
                     # consumer 0 issues the copies: the first pair's blocks, then q (once consumer 1 is done
                     # with the previous piece's q)
                     _load_block(k_desc, kr_desc, k_s, kr_s, k_ready, k_empty, c, k_lo,
@@ -324,21 +375,28 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
             r = t * BLOCK_M + gl.arange(0, BLOCK_M, o_rows)
             r_ok = (r < num_q * num_heads)[:, None]
             d = COLS * C + gl.arange(0, COLS, gl.SliceLayout(0, o_layout))
+            if TMA_OUT:
+                _stage_and_store(C, out, whole, q_s, k_s, out_desc, po_desc, q_empty, c0_done, c1_stored, pieces,
+                                 epis, (row_start * num_heads + t * BLOCK_M).to(gl.int32),
+                                 ((2 * w + (b != first_seq).to(gl.int32)) * (stride_po_s // stride_po_r)
+                                  + t * BLOCK_M).to(gl.int32))
             if whole:
-                o_row = ((row_start + r // num_heads).to(gl.int64) * stride_o_t
-                         + (r % num_heads).to(gl.int64) * stride_o_h)
-                gl.store(out_ptr + o_row[:, None] + d[None, :], out.to(out_ptr.dtype.element_ty), mask=r_ok)
+                if not TMA_OUT:
+                    o_row = ((row_start + r // num_heads).to(gl.int64) * stride_o_t
+                             + (r % num_heads).to(gl.int64) * stride_o_h)
+                    gl.store(out_ptr + o_row[:, None] + d[None, :], out.to(out_ptr.dtype.element_ty), mask=r_ok)
                 if C == 0:
                     gl.store(lse_ptr + (row_start + rows // num_heads).to(gl.int64) * stride_lse_t
                              + heads * stride_lse_h, lse, mask=rows_ok)
             else:
                 slot = (2 * w + (b != first_seq).to(gl.int32)).to(gl.int64)
-                # L2 policy evict_last: see `mla_sparse_decode_ring._store_rows`
-                gl.store(part_out_ptr + slot * stride_po_s + r.to(gl.int64)[:, None] * stride_po_r + d[None, :], out,
-                         mask=r_ok, eviction_policy="evict_last")
+                if not TMA_OUT:
+                    # L2 policy evict_last: see `mla_sparse_decode_ring._store_rows`
+                    gl.store(part_out_ptr + slot * stride_po_s + r.to(gl.int64)[:, None] * stride_po_r + d[None, :],
+                             out, mask=r_ok, eviction_policy="evict_last")
                 if C == 0:
                     gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, eviction_policy="evict_last")
-
+            epis += 1
 
 # like `_mla_decode_kernel`: no recompile when a size becomes 1 or changes its divisibility by 16 (a multi-second
 # compile in the middle of serving, or inside a CUDA-graph capture)
@@ -346,10 +404,10 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
                               "page_rows", "layer_row0"])
 def _mla_decode_ws_kernel(
     q_desc, qr_desc, k_desc, kr_desc, out_ptr, lse_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, schedule_ptr,
-    sink_ptr, part_out_ptr, part_lse_ptr,
+    sink_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc,
     batch, num_heads, num_tiles, mask_code, window, qk_scale, page_size, page_rows, layer_row0,
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-    HAS_SINK: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    HAS_SINK: gl.constexpr, CONSUMER_REGS: gl.constexpr, TMA_OUT: gl.constexpr,
 ):
     """Program (worker w, row tile t), as `_mla_decode_kernel`. The cache is read through `k_desc` / `kr_desc`,
     2-D views `[rows, 576]` of the cache in which page p's slot s of this layer is row
@@ -372,8 +430,10 @@ def _mla_decode_ws_kernel(
     got_b = one.index(3)
     got_pa = one.index(4)
     stats_free = one.index(5)
+    c0_done = one.index(6)
+    c1_stored = one.index(7)
     # one arrival on each: consumer 1 releases q and ring slots to consumer 0, which issues the copies
-    for i in gl.static_range(6):
+    for i in gl.static_range(8):
         mbarrier.init(one.index(i), count=1)
     for i in gl.static_range(2):
         mbarrier.init(k_ready.index(i), count=1)
@@ -385,14 +445,14 @@ def _mla_decode_ws_kernel(
     gl.warp_specialize([
         (_consumer, (0, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready,
                     k_empty, got_a, got_b, got_pa, stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr,
-                    lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, t, batch, num_heads,
-                    mask_code, window, qk_scale, page_size, page_rows, layer_row0, stride_lt_b,
-                    stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-                    HAS_SINK)),
+                    lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
+                    c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows,
+                    layer_row0, stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
+                    stride_po_r, stride_pl_s, HAS_SINK, TMA_OUT)),
         (_consumer, (1, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready,
                     k_empty, got_a, got_b, got_pa, stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr,
-                    lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, t, batch, num_heads,
-                    mask_code, window, qk_scale, page_size, page_rows, layer_row0, stride_lt_b,
-                    stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-                    HAS_SINK)),
+                    lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
+                    c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows,
+                    layer_row0, stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
+                    stride_po_r, stride_pl_s, HAS_SINK, TMA_OUT)),
     ], [4], [CONSUMER_REGS])

@@ -218,6 +218,17 @@ def _ws_q_rows(q: torch.Tensor) -> torch.Tensor | None:
     return q.as_strided((rows * heads, width), (q.stride(1), 1))
 
 
+def _ws_out_rows(out: torch.Tensor) -> torch.Tensor | None:
+    """out `[T, H, 512]` as TMA rows `[T * H, 512]` (row = token * H + head), or None when its strides do not
+    allow it."""
+    rows, heads, width = out.shape
+    if (out.dtype != torch.bfloat16 or out.stride(2) != 1 or out.stride(1) < width
+            or out.stride(0) != heads * out.stride(1) or (out.stride(1) * 2) % 16 or out.data_ptr() % 16
+            or rows * heads >= 2 ** 31):
+        return None
+    return out.as_strided((rows * heads, width), (out.stride(1), 1))
+
+
 def ring_planned(params, *, num_heads: int, max_q: int, device: torch.device, batch: int, max_keys: int) -> bool:
     """Whether a plan should schedule the Gluon ring kernel, two workers per SM: its calls can likely take it
     (`decode_ring_ready` without the tensors: q is assumed to be of the cache's dtype, bf16 for the rope-aware
@@ -284,17 +295,28 @@ def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_
     num_workers = schedule.shape[0] - 1 - batch
     cache2d, page_rows, layer_row0 = _ws_cache_rows(blocks, layer_idx)
     q2d = _ws_q_rows(q)
+    out2d = _ws_out_rows(out)
+    split = part_out.shape[-1] == out.shape[-1]  # unsplit plans get a [1, 1, 1] placeholder
+    # TMA stores of the output and partial tiles (`_stage_and_store`) when every tile is 64 heads of one token
+    # (a tile of several tokens' heads can end inside the next sequence's rows) and out is rows of 512
+    tma_out = q.shape[1] % 64 == 0 and out2d is not None
+    # the descriptors exist in every call (the kernel's signature); unused ones describe small spare tensors
+    if out2d is None:
+        out2d = torch.empty((64, out.shape[-1]), dtype=out.dtype, device=out.device)
+    po2d = (part_out.view(-1, part_out.shape[-1]) if split
+            else torch.empty((64, out.shape[-1]), dtype=torch.float32, device=out.device))
 
     def desc(x2d, block):
-        return GluonTensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block,
-                                                                                                  gl.bfloat16))
+        dtype = gl.float32 if x2d.dtype == torch.float32 else gl.bfloat16
+        return GluonTensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block, dtype))
     _mla_decode_ws_kernel[(num_workers * num_tiles,)](
         desc(q2d, [64, 256]), desc(q2d, [64, 64]), desc(cache2d, [64, 256]), desc(cache2d, [64, 64]), out, lse,
-        input_row_offsets, cache_lengths, lookup_table, schedule, sink, part_out, part_lse,
+        input_row_offsets, cache_lengths, lookup_table, schedule, sink, part_out, part_lse, desc(out2d, [64, 256]),
+        desc(po2d, [64, 256]),
         batch, q.shape[1], num_tiles, mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows,
         layer_row0, lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
         part_out.stride(0), part_out.stride(1), part_lse.stride(0),
-        HAS_SINK=sink is not lse, CONSUMER_REGS=240, num_warps=4, **pdl_kwargs(pdl))
+        HAS_SINK=sink is not lse, CONSUMER_REGS=240, TMA_OUT=tma_out, num_warps=4, **pdl_kwargs(pdl))
 
 
 def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx: int, scale: float,
