@@ -1111,6 +1111,20 @@ def test_warp_specialized_q_rows():
     assert _triton_decode._ws_q_rows(q.float()) is None
 
 
+def test_warp_specialized_out_rows():
+    """The output as TMA rows `[T * H, 512]` (the TMA-store epilogue), or None for layouts a TMA store cannot
+    write: rows that are not token * H + head apart, a misaligned start, another dtype."""
+    out = torch.randn(3, 128, 512).to(torch.bfloat16)
+    rows = _triton_decode._ws_out_rows(out)
+    assert rows.shape == (3 * 128, 512) and torch.equal(rows[2 * 128 + 5], out[2, 5])
+    assert _triton_decode._ws_out_rows(out.transpose(0, 1).contiguous().transpose(0, 1)) is None  # head-major
+    assert _triton_decode._ws_out_rows(out.float()) is None
+    padded = torch.zeros(3, 128, 520, dtype=torch.bfloat16)[..., :512]  # 1040-byte rows: 16-byte multiples
+    assert torch.equal(_triton_decode._ws_out_rows(padded)[128], padded[1, 0])
+    flat = torch.zeros(3 * 128 * 512 + 1, dtype=torch.bfloat16)
+    assert _triton_decode._ws_out_rows(flat[1:].view(3, 128, 512)) is None  # 2-byte aligned start
+
+
 def test_warp_specialized_dispatch_rules(monkeypatch):
     """`decode_ws_ready` on a Hopper GPU (patched in, so the rules run here on CPU tensors): the Gluon kernel
     takes bf16 DeepSeek-dim calls with heads a multiple or a divisor of 64, page sizes multiples of 64 and
