@@ -244,7 +244,8 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
                 lookup_row = lookup_ptr + b.to(gl.int64) * stride_lt_b
                 if C == 0:
                     if TMA_OUT:
-                        # ring slot 1 held consumer 1's output tile of the previous piece until its TMA store read it
+                        # ring slot 1 held consumer 1's output tile of the previous piece until its TMA store read
+                        # it: no copy of a piece may be issued before this wait (a prefetch across pieces would race)
                         mbarrier.wait(c1_stored, (epis & 1) ^ 1)
                     # consumer 0 issues the copies: the first pair's blocks, then q (once consumer 1 is done
                     # with the previous piece's q)

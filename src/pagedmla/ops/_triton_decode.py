@@ -296,9 +296,10 @@ def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_
     cache2d, page_rows, layer_row0 = _ws_cache_rows(blocks, layer_idx)
     q2d = _ws_q_rows(q)
     out2d = _ws_out_rows(out)
-    split = part_out.shape[-1] == out.shape[-1]  # unsplit plans get a [1, 1, 1] placeholder
-    # TMA stores of the output and partial tiles (`_stage_and_store`) when every tile is 64 heads of one token
-    # (a tile of several tokens' heads can end inside the next sequence's rows) and out is rows of 512
+    split = num_workers > 1  # as `launch_decode` sized part_out (a [1, 1, 1] placeholder when unsplit)
+    # TMA stores of the output and partial tiles (`_stage_and_store`) only when every tile is 64 heads of one
+    # token: they write all 64 rows unmasked, and a tile of several tokens' heads can end inside the next
+    # sequence's rows; and out must be rows of 512
     tma_out = q.shape[1] % 64 == 0 and out2d is not None
     # the descriptors exist in every call (the kernel's signature); unused ones describe small spare tensors
     if out2d is None:
