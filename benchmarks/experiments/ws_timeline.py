@@ -83,7 +83,8 @@ def _patched_source(no_stores: bool = False) -> str:
     sub("                pieces += 1\n",
         "                if C == 0:\n                    if pieces == 0:\n                        _stamp(stamps_ptr, 5)\n"
         "                pieces += 1\n")
-    sub("            epis += 1\n", "            epis += 1\n    _stamp(stamps_ptr, 6 + C)\n")
+    # the consumer's last statement ends just before the kernel's comment block
+    sub("\n\n\n# like `_mla_decode_kernel`", "\n    _stamp(stamps_ptr, 6 + C)\n\n\n# like `_mla_decode_kernel`")
     if no_stores:
         sub("out.to(out_ptr.dtype.element_ty), mask=r_ok)", "out.to(out_ptr.dtype.element_ty), mask=r_ok & (w < 0))")
         sub("mask=r_ok, eviction_policy=\"evict_last\")", "mask=r_ok & (w < 0), eviction_policy=\"evict_last\")")

@@ -403,6 +403,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
                     gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, eviction_policy="evict_last")
             epis += 1
 
+
 # like `_mla_decode_kernel`: no recompile when a size becomes 1 or changes its divisibility by 16 (a multi-second
 # compile in the middle of serving, or inside a CUDA-graph capture)
 @gluon.jit(do_not_specialize=["batch", "num_heads", "num_tiles", "mask_code", "window", "page_size",
