@@ -15,44 +15,26 @@ plus launch latencies). Not a harness: times are only the ones the stamps see.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import pathlib
 import sys
-import tempfile
 
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from decode_probe import Case
-
-from pagedmla.ops import _triton_decode
+from stamped_kernels import SourcePatch, load_patched, pct, replay_stamped, stamp_helper
 
 STAMPS = ["entry", "post_wait", "prologue", "loop_start", "loop_end", "exit"]  # slot 6: the SM id
 WIDTH = 8  # int64 slots per program
 
-_HELPER = '''
-
-@gluon.jit
-def _stamp(ptr, w, k: gl.constexpr):
-    t = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [w], dtype=gl.int64, is_pure=False,
-                                  pack=1)
-    gl.store(ptr + w * 8 + k, t)
-    if k == 0:
-        sm = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [w], dtype=gl.int32, is_pure=False, pack=1)
-        gl.store(ptr + w * 8 + 6, sm.to(gl.int64))
-'''
+_HELPER = stamp_helper(WIDTH, 6, "w")  # slot 6: the SM id
 
 
 def _patched_source() -> str:
     import pagedmla.kernels.mla_decode_ring as ring
-    src = pathlib.Path(ring.__file__).read_text()
-
-    def sub(old: str, new: str, count: int = 1) -> None:
-        nonlocal src
-        if src.count(old) != count:
-            raise RuntimeError(f"patch point {old!r} found {src.count(old)} times, expected {count}")
-        src = src.replace(old, new)
+    patch = SourcePatch(pathlib.Path(ring.__file__).read_text())
+    sub = patch.sub
 
     sub("from .gluon_common", "from pagedmla.kernels.gluon_common")
     sub("from .mla_sparse_decode_ring", "from pagedmla.kernels.mla_sparse_decode_ring")
@@ -73,37 +55,11 @@ def _patched_source() -> str:
         "        if b == first_seq:\n            _stamp(stamps_ptr, w, 4)\n"
         "        l_i, has, lse = _row_lse(m_i, l_cols)\n")
     sub("        b += 1\n", "        b += 1\n    _stamp(stamps_ptr, w, 5)\n")
-    return src
+    return patch.src
 
 
 def _load_stamped_kernel():
-    path = pathlib.Path(tempfile.mkdtemp()) / "mla_decode_ring_stamped.py"
-    path.write_text(_patched_source())
-    spec = importlib.util.spec_from_file_location("mla_decode_ring_stamped", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module._mla_decode_ring_kernel
-
-
-class _Swap:
-    """Stands in for the launcher's kernel: each launch gets the next call's stamp rows."""
-
-    def __init__(self, kernel, stamps: torch.Tensor):
-        self.kernel, self.stamps, self.calls = kernel, stamps, 0
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            buf = self.stamps[self.calls % self.stamps.shape[0]]
-            self.calls += 1
-            return self.kernel[grid](*args[:13], buf, *args[13:], **kwargs)
-        return launch
-
-
-def _pct(values: torch.Tensor) -> dict[str, float]:
-    v = values.double().sort().values
-    pick = [0.0, 0.1, 0.5, 0.9, 1.0]
-    return {f"p{int(p * 100)}": round(float(v[min(len(v) - 1, int(p * (len(v) - 1)))]) / 1000, 2) for p in pick}
+    return load_patched("mla_decode_ring_stamped", _patched_source())._mla_decode_ring_kernel
 
 
 def _by_sm(s: torch.Tensor) -> dict:
@@ -119,7 +75,7 @@ def _by_sm(s: torch.Tensor) -> dict:
     means = torch.zeros(int(sms.max()) + 1, dtype=torch.float64).index_add_(0, sms, loop)
     means = means / torch.bincount(sms, minlength=len(means)).clamp(min=1)
     used = means[torch.bincount(sms, minlength=len(means)) > 0]
-    out["sm_mean_loop_us"] = _pct(used * 1000)
+    out["sm_mean_loop_us"] = pct(used * 1000)
     # SMs in groups of 16 ids: does the loop time follow the SM's place on the chip?
     out["by_sm_id_16"] = [round(float(used[i:i + 16].mean()), 1) for i in range(0, len(used), 16)]
     return out
@@ -129,35 +85,18 @@ def timeline(case: Case, calls: int, workers: int | None = None) -> dict:
     plan = case.plan(workers)
     num_workers = plan.schedule.shape[0] - 1 - case.batch
     stamps = torch.zeros(calls, num_workers, WIDTH, dtype=torch.int64, device="cuda")
-    original = _triton_decode._mla_decode_ring_kernel
-    swap = _Swap(_load_stamped_kernel(), stamps)
-    _triton_decode._mla_decode_ring_kernel = swap
-    try:
-        one = case.run(plan, None)
-        one()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        swap.calls = 0
-        with torch.cuda.graph(graph):
-            for _ in range(calls // len(case.items)):
-                one()
-        for _ in range(3):
-            graph.replay()
-        torch.cuda.synchronize()
-    finally:
-        _triton_decode._mla_decode_ring_kernel = original
-    used = swap.calls
+    used = replay_stamped(case, plan, "_mla_decode_ring_kernel", _load_stamped_kernel(), stamps, 13, calls)
     report = {"case": [case.batch, case.keys, case.heads, case.q_len, case.fp8], "workers": num_workers,
               "calls": used, "per_call": []}
     for k in range(1, used - 1):
         s = stamps[k].cpu()
         t0 = int(s[:, 1].min())
-        row = {name: _pct(s[:, i] - t0) for i, name in enumerate(STAMPS)}
-        row["first_piece_loop_us"] = _pct(s[:, 4] - s[:, 3])
+        row = {name: pct(s[:, i] - t0) for i, name in enumerate(STAMPS)}
+        row["first_piece_loop_us"] = pct(s[:, 4] - s[:, 3])
         row["call_us"] = round((int(s[:, 5].max()) - t0) / 1000, 2)
         nxt = stamps[k + 1].cpu()
         row["gap_to_next_us"] = round((int(nxt[:, 1].min()) - int(s[:, 5].max())) / 1000, 2)
-        row["next_entry_vs_exit_us"] = _pct(nxt[:, 0] - int(s[:, 5].max()))
+        row["next_entry_vs_exit_us"] = pct(nxt[:, 0] - int(s[:, 5].max()))
         row["by_sm"] = _by_sm(s)
         report["per_call"].append(row)
     # one call's raw stamps (ns; column 6: the SM id) and the programs' schedule rows, for offline analysis

@@ -16,35 +16,21 @@ post-wait stamp (the combine and launch latencies). Not a harness: times are onl
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import pathlib
 import sys
-import tempfile
 
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from decode_probe import Case
-
-from pagedmla.ops import _triton_decode
+from stamped_kernels import SourcePatch, load_patched, pct, replay_stamped, stamp_helper
 
 STAMPS = ["entry", "post_wait", "first_copy", "q_ready", "first_logits", "loop_end", "exit_c0", "exit_c1"]
 SM_SLOT = 8
 WIDTH = 10  # int64 slots per program
 
-_HELPER = '''
-
-@gluon.jit
-def _stamp(ptr, k: gl.constexpr):
-    pid = gl.program_id(0)
-    t = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [pid], dtype=gl.int64, is_pure=False,
-                                  pack=1)
-    gl.store(ptr + pid * 10 + k, t)
-    if k == 0:
-        sm = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [pid], dtype=gl.int32, is_pure=False, pack=1)
-        gl.store(ptr + pid * 10 + 8, sm.to(gl.int64))
-'''
+_HELPER = stamp_helper(WIDTH, SM_SLOT, "gl.program_id(0)")
 
 
 def _patched_source(no_stores: bool = False) -> str:
@@ -52,13 +38,8 @@ def _patched_source(no_stores: bool = False) -> str:
     epilogue without TMA_OUT) predicated off (a runtime-false mask, so their values are still computed and the
     instructions still issue: what is left of the epilogue without their memory traffic)."""
     import pagedmla.kernels.mla_decode_ws as ws
-    src = pathlib.Path(ws.__file__).read_text()
-
-    def sub(old: str, new: str, count: int = 1) -> None:
-        nonlocal src
-        if src.count(old) != count:
-            raise RuntimeError(f"patch point {old!r} found {src.count(old)} times, expected {count}")
-        src = src.replace(old, new)
+    patch = SourcePatch(pathlib.Path(ws.__file__).read_text())
+    sub = patch.sub
 
     sub("from .gluon_common", "from pagedmla.kernels.gluon_common")
     sub("\n\n@gluon.jit\ndef _visible(", _HELPER + "\n\n@gluon.jit\ndef _visible(")
@@ -88,37 +69,11 @@ def _patched_source(no_stores: bool = False) -> str:
     if no_stores:
         sub("out.to(out_ptr.dtype.element_ty), mask=r_ok)", "out.to(out_ptr.dtype.element_ty), mask=r_ok & (w < 0))")
         sub("mask=r_ok, eviction_policy=\"evict_last\")", "mask=r_ok & (w < 0), eviction_policy=\"evict_last\")")
-    return src
+    return patch.src
 
 
 def _load_stamped_kernel(no_stores: bool = False):
-    path = pathlib.Path(tempfile.mkdtemp()) / "mla_decode_ws_stamped.py"
-    path.write_text(_patched_source(no_stores))
-    spec = importlib.util.spec_from_file_location("mla_decode_ws_stamped", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module._mla_decode_ws_kernel
-
-
-class _Swap:
-    """Stands in for the launcher's kernel: each launch gets the next call's stamp rows."""
-
-    def __init__(self, kernel, stamps: torch.Tensor):
-        self.kernel, self.stamps, self.calls = kernel, stamps, 0
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            buf = self.stamps[self.calls % self.stamps.shape[0]]
-            self.calls += 1
-            return self.kernel[grid](*args[:15], buf, *args[15:], **kwargs)
-        return launch
-
-
-def _pct(values: torch.Tensor) -> dict[str, float]:
-    v = values.double().sort().values
-    pick = [0.0, 0.1, 0.5, 0.9, 1.0]
-    return {f"p{int(p * 100)}": round(float(v[min(len(v) - 1, int(p * (len(v) - 1)))]) / 1000, 2) for p in pick}
+    return load_patched("mla_decode_ws_stamped", _patched_source(no_stores))._mla_decode_ws_kernel
 
 
 def timeline(case: Case, calls: int, no_stores: bool = False) -> dict:
@@ -126,24 +81,7 @@ def timeline(case: Case, calls: int, no_stores: bool = False) -> dict:
     num_workers = plan.schedule.shape[0] - 1 - case.batch
     programs = num_workers * ((case.heads * case.q_len + 63) // 64)
     stamps = torch.zeros(calls, programs, WIDTH, dtype=torch.int64, device="cuda")
-    original = _triton_decode._mla_decode_ws_kernel
-    swap = _Swap(_load_stamped_kernel(no_stores), stamps)
-    _triton_decode._mla_decode_ws_kernel = swap
-    try:
-        one = case.run(plan, None)
-        one()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        swap.calls = 0
-        with torch.cuda.graph(graph):
-            for _ in range(calls // len(case.items)):
-                one()
-        for _ in range(3):
-            graph.replay()
-        torch.cuda.synchronize()
-    finally:
-        _triton_decode._mla_decode_ws_kernel = original
-    used = swap.calls
+    used = replay_stamped(case, plan, "_mla_decode_ws_kernel", _load_stamped_kernel(no_stores), stamps, 15, calls)
     if used == 0:
         raise RuntimeError("the case did not run the warp-specialized kernel")
     report = {"case": [case.batch, case.keys, case.heads, case.q_len], "programs": programs, "calls": used,
@@ -151,15 +89,15 @@ def timeline(case: Case, calls: int, no_stores: bool = False) -> dict:
     for k in range(1, used - 1):
         s = stamps[k].cpu()
         t0 = int(s[:, 1].min())
-        row = {name: _pct(s[:, i] - t0) for i, name in enumerate(STAMPS)}
-        row["first_block_wait_us"] = _pct(s[:, 4] - s[:, 2])
-        row["loop_us"] = _pct(s[:, 5] - s[:, 3])
-        row["epilogue_us"] = _pct(s[:, 6] - s[:, 5])
+        row = {name: pct(s[:, i] - t0) for i, name in enumerate(STAMPS)}
+        row["first_block_wait_us"] = pct(s[:, 4] - s[:, 2])
+        row["loop_us"] = pct(s[:, 5] - s[:, 3])
+        row["epilogue_us"] = pct(s[:, 6] - s[:, 5])
         last = int(s[:, 6:8].max())
         row["call_us"] = round((last - t0) / 1000, 2)
         nxt = stamps[k + 1].cpu()
         row["gap_to_next_us"] = round((int(nxt[:, 1].min()) - last) / 1000, 2)
-        row["next_entry_vs_last_exit_us"] = _pct(nxt[:, 0] - last)
+        row["next_entry_vs_last_exit_us"] = pct(nxt[:, 0] - last)
         report["per_call"].append(row)
     report["raw_call"] = stamps[used // 2].cpu().tolist()
     return report
