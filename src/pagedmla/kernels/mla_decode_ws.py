@@ -176,7 +176,7 @@ def _stage_and_store(C: gl.constexpr, out, whole, q_s, k_s, out_desc, po_desc, q
     slot 1 once consumer 0 is done with the piece's blocks (`c0_done`). Each waits until its store has read the
     tile; consumer 1 then arrives on `c1_stored`, which consumer 0 waits for before the next piece's copies and
     at its next epilogue (so the two stay within one epilogue of each other and every parity wait names one
-    phase)."""
+    phase; benchmarks/experiments/ws_protocol_model.py checks this protocol over random interleavings)."""
     if C == 0:
         mbarrier.wait(c1_stored, (epis & 1) ^ 1)
         mbarrier.arrive(c0_done)
