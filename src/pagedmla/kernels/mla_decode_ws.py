@@ -22,7 +22,7 @@ serializes the MMAs):
   so each block's logits are computed once, by one warpgroup, as 64 x 64 MMAs. The running max and row sum
   pass between them through shared memory with mbarriers; each P goes into its block's rope columns (read by
   the logits only, which have retired by then), where it is an MMA operand as it stands.
-- the epilogue (TMA_OUT: heads a multiple of 64, out readable as rows of 512): each consumer writes its
+- the epilogue (TMA_OUT: heads a multiple of 64, out writable as rows of 512): each consumer writes its
   normalized 64 x 256 tile into shared memory it no longer reads (consumer 0: q's tiles; consumer 1: ring slot
   1) and stores it with a TMA store, bf16 into `out` or float32 into the partial rows
   (`_stage_and_store`); otherwise from registers.
