@@ -57,6 +57,33 @@ def test_plan_for_fewer_query_tokens_is_rejected():
                                       backend="reference")
 
 
+def test_triton_plan_for_other_lengths_is_rejected_and_a_refill_fixes_it():
+    """A Triton plan's schedule is cut for the lengths it was built with: on other lengths the kernels would leave
+    keys out or read partials never written (a wrong answer, with no error, on a GPU). Where the values are free to
+    read (CPU tensors) the call raises; refilling the plan in place makes the same call right."""
+    early = _batch(cache=(5, 9), new=(1, 1))
+    plan = pm.mla_decode_plan(early.input_row_offsets, early.kv, num_heads=2, backend="triton")
+    later = _batch(cache=(61, 36), new=(1, 1), seed=1)
+    q = torch.randn(later.num_rows, 2, HEAD)
+
+    def decode(**kw):
+        return pm.mla_decode_kv_cache_ragged(q, later.input_row_offsets, later.kv, 0, 0.3, qk_rope_head_dim=ROPE, **kw)
+    with pytest.raises(ValueError, match="built for other lengths; refill it each step"):
+        decode(plan=plan, backend="triton")
+    assert pm.mla_decode_plan(later.input_row_offsets, later.kv, num_heads=2, out=plan) is plan
+    assert_close(decode(plan=plan, backend="triton"), decode(backend="reference"), atol=2e-5, rtol=1e-5)
+
+
+def test_plan_refill_keeps_its_backend():
+    """`out=` refills a plan for the backend it was built for: asking for another one is an error at the refill,
+    not a mismatch found later by the decode."""
+    pb = _batch()
+    plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=2, backend="reference")
+    with pytest.raises(ValueError, match="Invalid backend: expected 'auto' or 'reference'"):
+        pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=2, backend="triton", out=plan)
+    assert pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=2, backend="reference", out=plan) is plan
+
+
 def _physical(pb, b, positions):
     table = pb.kv.lookup_table[b].tolist()
     return [table[p // pb.kv.page_size] * pb.kv.page_size + p % pb.kv.page_size for p in positions]

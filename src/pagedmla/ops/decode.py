@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -50,6 +50,9 @@ class DecodePlan:
     backend: str
     granularity: int = 0
     num_heads: int = 0
+    # host copies of the offsets and lengths a Triton plan was built or last refilled with, kept where reading
+    # them is free (CPU tensors) so that a decode can check the plan is for its lengths; None elsewhere
+    _host_lengths: tuple | None = field(default=None, repr=False, compare=False)
 
 
 def _reference_plan(input_row_offsets: Tensor, kv: PagedKVCacheCollection, num_heads: int,
@@ -88,6 +91,9 @@ def mla_decode_plan(input_row_offsets: Tensor, kv_collection, *, num_heads: int,
     if out is not None:
         if not isinstance(out, DecodePlan):
             raise ValueError(f"Invalid type of out: expected DecodePlan, got {type(out).__name__}")
+        if backend not in ("auto", out.backend):
+            raise ValueError(f"Invalid backend: expected 'auto' or {out.backend!r} (the backend of the plan to "
+                             f"refill, out), got {backend!r}")
         if out.batch_size != kv.batch_size:
             raise ValueError(f"Invalid out: expected a plan for batch size {kv.batch_size}, got {out.batch_size}")
         if out.num_heads != num_heads:
@@ -97,11 +103,20 @@ def mla_decode_plan(input_row_offsets: Tensor, kv_collection, *, num_heads: int,
             raise ValueError(f"Invalid out: expected a plan with max_seq_length >= {kv.max_seq_length}, got "
                              f"{out.max_seq_length}")
         _dispatch.impl("mla_decode_plan_refresh", out.backend)(out, input_row_offsets, kv)
-        return out
+        return _remember_lengths(out, input_row_offsets, kv.cache_lengths)
     chosen = _dispatch.resolve("mla_decode_plan", backend, kv.device)
     max_q, max_keys = max_seq_length(kv, input_row_offsets), max_cache_length(kv, input_row_offsets)
-    return _dispatch.impl("mla_decode_plan", chosen)(input_row_offsets, kv, num_heads, num_partitions, max_q,
+    plan = _dispatch.impl("mla_decode_plan", chosen)(input_row_offsets, kv, num_heads, num_partitions, max_q,
                                                      max_keys)
+    return _remember_lengths(plan, input_row_offsets, kv.cache_lengths)
+
+
+def _remember_lengths(plan: DecodePlan, input_row_offsets: Tensor, cache_lengths: Tensor) -> DecodePlan:
+    """`plan` with host copies of the lengths its Triton schedule was cut for, where reading them is free."""
+    keep = plan.backend == "triton" and values_checkable(input_row_offsets, cache_lengths)
+    object.__setattr__(plan, "_host_lengths",  # the plan is frozen: its fields are set here only
+                       (input_row_offsets.clone(), cache_lengths.clone()) if keep else None)
+    return plan
 
 
 @library_op("mla_decode_kv_cache_ragged", mutates_args=("out", "lse"))
@@ -316,6 +331,15 @@ def mla_decode_kv_cache_ragged(q: Tensor, input_row_offsets: Tensor, kv_collecti
         if need is not None and need > plan.max_seq_length:
             raise ValueError(f"Invalid plan: expected a plan with max_seq_length >= {need} (query tokens of a "
                              f"sequence this step), got {plan.max_seq_length}")
+        # A Triton plan's schedule is cut for the lengths it was built (or refilled) with; on other lengths the
+        # kernels would leave keys out or read partials never written. Checked where it costs no sync (CPU).
+        built_for = (plan._host_lengths if chosen == "triton" and indices is None
+                     and values_checkable(input_row_offsets, kv.cache_lengths) else None)
+        if built_for is not None and not (torch.equal(built_for[0], input_row_offsets)
+                                          and torch.equal(built_for[1], kv.cache_lengths)):
+            raise ValueError("Invalid plan: expected a plan built for this step's lengths (cache_lengths and "
+                             "query tokens), got one built for other lengths; refill it each step with "
+                             "mla_decode_plan(..., out=plan)")
     if indices is not None:
         # 0 lets the sparse kernel choose its split; a dense plan's worker count means nothing to it.
         parts = num_partitions or 0
