@@ -387,6 +387,25 @@ def test_rope_in_place_on_q():
     assert_close(got, want, atol=ATOL32, rtol=1e-5, name="q_out")
 
 
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_rope_into_the_rope_columns_of_a_wider_q(backend):
+    """output may be a strided view: the rope columns of the decode's q, `q[..., latent:]` (docs/layout.md), with
+    the latent columns left as they were."""
+    pb = _batch(16, fill_new_tokens=True)
+    ref = _twin(pb)
+    q_full = _randn(pb.num_rows, 2, 48, seed=10)
+    before = q_full.clone()
+    q_rope = _randn(pb.num_rows, 2, 16, seed=11)
+    freqs = _randn(max(pb.totals) + 1, 16, seed=12)
+    want = ops.fused_qk_rope_ragged(q_rope, pb.input_row_offsets, ref, freqs, 0, True, backend="reference")
+    got = ops.fused_qk_rope_ragged(q_rope, pb.input_row_offsets, pb.kv, freqs, 0, True, output=q_full[..., 32:],
+                                   backend=backend)
+    assert got.data_ptr() == q_full[..., 32:].data_ptr()
+    assert_close(q_full[..., 32:], want, atol=ATOL32, rtol=1e-5, name="q_out")
+    assert torch.equal(q_full[..., :32], before[..., :32])
+    _check_blocks(pb.kv.blocks, ref.blocks)
+
+
 def test_deepseek_sizes_write_chain():
     """576-column rows: k projection, RMS norm of the 512 latent columns, rope of the last 64 (few tokens)."""
     lengths = ([0, 5, 1], [3, 0, 2])

@@ -851,3 +851,12 @@ def test_plan_heads_bind_dense_decode_only():
     want = pm.mla_decode_kv_cache_ragged(**a, backend="reference")
     got = pm.mla_decode_kv_cache_ragged(**a, plan=plan, backend="reference")
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_shape_messages_write_one_dimension_as_python_does():
+    """A 1-D shape is written `(3,)` on both sides of the message (it was "expected (3), got (4,)")."""
+    from pagedmla._checks import check_tensor
+    with pytest.raises(ValueError, match=r"Invalid shape of x: expected \(3,\), got \(4,\)$"):
+        check_tensor("x", torch.zeros(4), shape=(3,))
+    with pytest.raises(ValueError, match=r"Invalid shape of x: expected \(\*, 3\), got \(2, 4\)$"):
+        check_tensor("x", torch.zeros(2, 4), shape=(None, 3))

@@ -34,7 +34,7 @@ def check_tensor(
     if ndim is not None and t.dim() != ndim:
         raise ValueError(f"Invalid rank of {name}: expected {ndim} dimensions, got {t.dim()} (shape {tuple(t.shape)})")
     if shape is not None and any(e is not None and e != g for e, g in zip(shape, t.shape)):
-        exp = "(" + ", ".join("*" if e is None else str(e) for e in shape) + ")"
+        exp = "(" + ", ".join("*" if e is None else str(e) for e in shape) + ("," if len(shape) == 1 else "") + ")"
         raise ValueError(f"Invalid shape of {name}: expected {exp}, got {tuple(t.shape)}")
     if dtype is not None:
         allowed = (dtype,) if isinstance(dtype, torch.dtype) else tuple(dtype)
