@@ -189,14 +189,16 @@ def parse_config(text: str) -> DecodeConfig:
     """`block_m,block_n,warps,stages[,prefetch][,interior][,ws][,r<N>][,ring<N>]`: `prefetch` loads the table
     entries a block ahead, `interior` runs the fully visible key blocks in an unmasked loop of their own, `ws`
     takes the warp-specialized Gluon kernel where it applies, `r<N>` caps the registers per thread at N,
-    `ring<N>` runs the Gluon ring kernel with N slots (`16,32,4,1,ring2` is `configs.decode.RING`)."""
+    `ring<N>` runs the Gluon ring kernel with N slots (`16,32,4,1,ring2` is `configs.decode.RING`), `ws16` the
+    16-row warp-specialized kernel (`16,64,4,1,ws16` is `configs.decode.WS16`)."""
     parts = text.split(",")
     m, n, w, st = (int(x) for x in parts[:4])
     regs = [int(x[1:]) for x in parts[4:] if x.startswith("r") and x[1:].isdigit()]
     ring = [int(x[4:]) for x in parts[4:] if x.startswith("ring")]
     return DecodeConfig(block_m=m, block_n=n, num_warps=w, num_stages=st, prefetch_table="prefetch" in parts[4:],
                         unmasked_interior="interior" in parts[4:], maxnreg=regs[0] if regs else None,
-                        warp_specialized="ws" in parts[4:], ring_slots=ring[0] if ring else 0)
+                        warp_specialized="ws" in parts[4:], ring_slots=ring[0] if ring else 0,
+                        ws16="ws16" in parts[4:])
 
 
 def kernel_times(fn, calls: int = 20) -> dict[str, float]:
@@ -295,7 +297,8 @@ def main() -> None:
                 tag = "default" if cfg is None else (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages,
                                                      cfg.prefetch_table, cfg.unmasked_interior, cfg.maxnreg,
                                                      "ws" if cfg.warp_specialized else "",
-                                                     f"ring{cfg.ring_slots}" if cfg.ring_slots else "")
+                                                     f"ring{cfg.ring_slots}" if cfg.ring_slots else "",
+                                                     "ws16" if cfg.ws16 else "")
                 print(f"  B{batch} N{keys} H{heads} q{q_len}{' fp8' if fp8 else ''} W{w} {tag}: "
                       f"{row['us']:.1f} us  {row['tbps']:.2f} TB/s  {row['tflops']:.0f} TFLOP/s  err {err:.2e}",
                       flush=True)

@@ -310,6 +310,39 @@ def decode_ws(tma_out: bool = True):
 CASES.update({"decode-ws": decode_ws, "decode-ws-register-stores": partial(decode_ws, False)})
 
 
+def decode_ws16(sink: bool = True):
+    """The warp-specialized 16-row Gluon decode over the rope-aware FP8 cache (`kernels.mla_decode_ws16`) with
+    the descriptors its launcher builds (16 heads, a 64-slot page cache of 2 layers)."""
+    import torch
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.runtime.jit import mangle_type
+
+    from pagedmla.kernels.mla_decode_ws16 import _mla_decode_ws16_kernel
+    from pagedmla.ops import _triton_decode as td
+
+    q = torch.empty(8, 16, 576, dtype=torch.bfloat16)
+    blocks = torch.empty(16, 1, 2, 64, 1, 640, dtype=torch.float8_e4m3fn)
+    lat2d = td._ws_cache_rows(blocks, 1, torch.float8_e4m3fn)[0]
+    rope2d = lat2d.view(torch.uint8).view(torch.bfloat16)
+    q2d = td._ws_q_rows(q)
+
+    def desc(x2d, block, dtype):
+        return TensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block, dtype))
+    descs = {"q_desc": desc(q2d, [16, 128], gl.bfloat16), "qr_desc": desc(q2d, [16, 64], gl.bfloat16),
+             "lat_desc": desc(lat2d, [64, 128], gl.float8e4nv), "rope_desc": desc(rope2d, [64, 64], gl.bfloat16)}
+    types = {name: mangle_type(d) for name, d in descs.items()}
+    types.update(out_ptr="*bf16", lse_ptr="*fp32", offsets_ptr="*i32", cache_lengths_ptr="*i32", lookup_ptr="*i32",
+                 schedule_ptr="*i32", sink_ptr="*fp32", part_out_ptr="*fp32", part_lse_ptr="*fp32",
+                 scales_ptr="*fp32")
+    const = dict(HAS_SINK=sink, SLOTS=td.WS16_SLOTS, WIDEN_REGS=td.WS16_WIDEN_REGS,
+                 LOADER_REGS=td.WS16_LOADER_REGS)
+    return _mla_decode_ws16_kernel, types, const, 4, 1
+
+
+CASES.update({"decode-ws16": decode_ws16})
+
+
 def sparse_ring(slots: int, dtype: str = "bf16", sink: bool = True, split: bool = True):
     """The Gluon 16-row sparse decode (`kernels.mla_sparse_decode_ring`) with a ring of `slots` 32-key blocks:
     a bf16/fp16 cache, or `dtype` "fp8" for the rope-aware FP8 row (bf16 q)."""

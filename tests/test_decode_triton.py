@@ -23,6 +23,7 @@ from pagedmla.configs.decode import (
     MAX_GRID_Y,
     RING,
     WARP_SPECIALIZED,
+    WS16,
     CombineConfig,
     DecodeConfig,
     DecodePlanConfig,
@@ -1280,6 +1281,33 @@ def test_gpu_ring_cuda_graph_replay(call_counter):
         assert launches[0] == 2
 
     run_graph_replay(steps, 16, rows=3, max_q=1, seed=71, num_partitions=2 * sms, on_capture=captured)
+
+
+# --------------------------------------------- GPU tier: the warp-specialized 16-row kernel (rope-aware FP8)
+
+WS16_CASES = [
+    # heads, page size, cached / new tokens
+    pytest.param(16, 64, [1000, 0, 63, 4000, 129], [1, 1, 1, 1, 1], id="H16-ps64-q1"),
+    pytest.param(8, 128, [700, 31, 3, 1500], [2, 1, 2, 2], id="H8-ps128-mtp"),
+    pytest.param(7, 64, [600, 45, 2100], [2, 1, 2], id="H7-ps64-mtp"),
+    pytest.param(1, 64, [300, 2, 90, 5000], [3, 1, 0, 4], id="H1-ps64-mtp4"),
+    pytest.param(16, 64, [(53 * i) % 900 for i in range(40)], [1] * 40, id="H16-ps64-B40"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads,page_size,cache,new", WS16_CASES)
+@pytest.mark.parametrize("mask,window", [("causal", -1), ("null", -1), ("sliding_window_causal", 100),
+                                         ("sliding_window_noncausal", 37), ("chunked_causal", 50)])
+@pytest.mark.parametrize("parts", [None, 7, 300], ids=["plan", "W7", "W300"])
+def test_gpu_ws16(heads, page_size, cache, new, mask, window, parts, call_counter):
+    """The warp-specialized 16-row kernel over the rope-aware FP8 cache (`launch_decode` with its config;
+    launches counted): every mask, a sink with the causal one, and every schedule (the plan's, few workers
+    holding several sequences, more workers than key blocks: empty ranges)."""
+    launches = call_counter(_triton_decode, "_launch_ws16")
+    run_ring_case(heads, page_size, cache, new, "fp8", mask=mask, window=window, sink=mask == "causal",
+                  parts=parts, config=WS16, seed=heads + page_size)
+    assert launches[0] == 1
 
 
 # ------------------------------------------------------------- CPU tier: the ring kernel's dispatch rules

@@ -39,6 +39,10 @@ class DecodeConfig:
             slots (0: not); only for calls it can take (`ops._triton_decode.decode_ring_ready`: Hopper, a
             bf16/fp16 cache or the rope-aware FP8 one, at most 16 rows per sequence); 2 to 8. block_m, block_n,
             num_warps and num_stages then describe that kernel's fixed tiling (16, 32, 4, 1).
+        ws16: run the Gluon kernel `pagedmla.kernels.mla_decode_ws16` (transposed logits, a widening
+            partition) for a call it can take (`ops._triton_decode.decode_ws16_ready`: Hopper, bf16 q, the
+            rope-aware FP8 cache, at most 16 rows per sequence, pages multiples of 64 slots); a ValueError for
+            any other call. Its fixed tiling: 16 rows, 64-key blocks, 4 + 4 + 1 warps.
     """
 
     block_m: int = 64
@@ -50,6 +54,7 @@ class DecodeConfig:
     maxnreg: int | None = None
     warp_specialized: bool = False
     ring_slots: int = 0
+    ws16: bool = False
 
 
 # Programmatic dependent launches of the decode kernels (dense and sparse) and their combines on Hopper (see
@@ -123,6 +128,7 @@ TWO_PER_SM_MIN_KEYS = 1 << 19
 # memory each) share an SM, as the sparse ring kernel measured best (`configs.sparse_decode.RING_SLOTS`)
 RING_SLOTS = 2
 RING = DecodeConfig(block_m=16, block_n=32, num_warps=4, num_stages=1, ring_slots=RING_SLOTS)
+WS16 = DecodeConfig(block_m=16, block_n=64, num_warps=4, num_stages=1, ws16=True)
 # batch keys (batch x longest sequence) from which a plan schedules the ring kernel, two workers per SM. H200,
 # 16 heads, one query token (benchmarks/decode_probe.py, benchmarks/results/session-12/): with 32-key units
 # (ring-b64-f862af4...txt) B64 N4096 bf16 88.3 us against 88.4 for the Triton tile at its 128 workers, the

@@ -69,13 +69,14 @@ def _visible(pos, num_keys, seg_lo, seg_hi, mask_code, window):
 
 @gluon.jit
 def _piece(schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, num_heads, mask_code, window,
-           row_layout: gl.constexpr):
-    """Tile t of worker w's piece of sequence b. Row r of the tile is the sequence's query row t * 64 + r:
-    token (t * 64 + r) // H, head (t * 64 + r) % H (64 heads of one token when H is a multiple of 64; several
-    tokens' heads when H divides 64, e.g. 16 heads x 4 tokens). Returns (the tile has rows and keys, the piece
-    is the whole sequence, the rows' key range [lo, hi), k_lo, its blocks, the sequence's first q row, its
-    query tokens, each row's visible keys [lo_r, hi_r) in `row_layout`, the largest lo_r and smallest hi_r of
-    the tile's rows). Every partition computes it."""
+           row_layout: gl.constexpr, TILE: gl.constexpr):
+    """Tile t (of TILE rows: 64 here, 16 in `mla_decode_ws16`) of worker w's piece of sequence b. Row r of the
+    tile is the sequence's query row t * TILE + r: token (t * TILE + r) // H, head (t * TILE + r) % H (64 heads
+    of one token when H is a multiple of 64; several tokens' heads when H divides 64, e.g. 16 heads x 4
+    tokens). Returns (the tile has rows and keys, the piece is the whole sequence, the rows' key range
+    [lo, hi), k_lo, its blocks, the sequence's first q row, its query tokens, each row's visible keys
+    [lo_r, hi_r) in `row_layout`, the largest lo_r and smallest hi_r of the tile's rows). Every partition
+    computes it."""
     sched = schedule_ptr + (1 + w) * 4
     first_seq = gl.load(sched)
     first_key = gl.load(sched + 1)
@@ -86,17 +87,17 @@ def _piece(schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, num_heads, mas
     num_keys = gl.load(cache_lengths_ptr + b) + num_q
     seg_lo = gl.where(b == first_seq, first_key, 0)
     seg_hi = gl.where(b == last_seq, gl.minimum(stop_key, num_keys), num_keys)
-    active = (t * BLOCK_M // num_heads < num_q) & (seg_lo < seg_hi)
+    active = (t * TILE // num_heads < num_q) & (seg_lo < seg_hi)
     # each row's keys (rows past the sequence's tokens see none); a row's lo and hi grow with its token under
     # every mask, so the tile's range and innermost edges are its first and last tokens' (no reduction across
     # the warps)
-    tok = (t * BLOCK_M + gl.arange(0, BLOCK_M, row_layout)) // num_heads
+    tok = (t * TILE + gl.arange(0, TILE, row_layout)) // num_heads
     lo_r, hi_r = _visible(num_keys - num_q + tok, num_keys, seg_lo, seg_hi, mask_code, window)
     row_ok = tok < num_q
     lo_r = gl.where(row_ok, lo_r, num_keys)
     hi_r = gl.where(row_ok, hi_r, 0)
-    first = t * BLOCK_M // num_heads
-    last = gl.minimum(num_q - 1, (t * BLOCK_M + BLOCK_M - 1) // num_heads)
+    first = t * TILE // num_heads
+    last = gl.minimum(num_q - 1, (t * TILE + TILE - 1) // num_heads)
     lo, hi_min = _visible(num_keys - num_q + first, num_keys, seg_lo, seg_hi, mask_code, window)
     lo_max, hi = _visible(num_keys - num_q + last, num_keys, seg_lo, seg_hi, mask_code, window)
     k_lo = lo - lo % BLOCK_N
@@ -235,7 +236,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
     epis = 0  # epilogues done (one per active piece, with or without key blocks)
     for b in range(first_seq, last_seq + 1):
         active, whole, lo, hi, k_lo, n_blocks, row_start, num_q, lo_r, hi_r, lo_max, hi_min = _piece(
-            schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, num_heads, mask_code, window, row_layout)
+            schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, t, num_heads, mask_code, window, row_layout, BLOCK_M)
         if active:
             m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
             l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)

@@ -55,6 +55,7 @@ if _WS_AVAILABLE:
 
     from ..kernels.mla_decode_ring import _mla_decode_ring_kernel
     from ..kernels.mla_decode_ws import _mla_decode_ws_kernel
+    from ..kernels.mla_decode_ws16 import _mla_decode_ws16_kernel
 
 # logits are scaled by scale * log2(e) so the kernels use exp2
 _LOG2E = 1.0 / math.log(2.0)
@@ -193,13 +194,14 @@ def _scale_modes(blocks, scales, granularity: int, kv_lora_rank: int, rope: int,
     return group, _tile_mode(0, kv_lora_rank, group) + _tile_mode(kv_lora_rank, rope, group)
 
 
-def _ws_cache_rows(blocks: torch.Tensor, layer_idx: int) -> tuple[torch.Tensor, int, int] | None:
-    """The cache `[num_blocks, 1, num_layers, page_size, 1, 576]` as TMA rows: (a 2-D view `[rows, 576]`,
-    rows per page, the layer's first row), or None when TMA cannot read it (16-byte alignment, page and layer
-    strides that are whole rows)."""
+def _ws_cache_rows(blocks: torch.Tensor, layer_idx: int,
+                   dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, int, int] | None:
+    """The cache `[num_blocks, 1, num_layers, page_size, 1, width]` of `dtype` as TMA rows: (a 2-D view
+    `[rows, width]`, rows per page, the layer's first row), or None when TMA cannot read it (16-byte alignment,
+    page and layer strides that are whole rows)."""
     sb, sl, ss = blocks.stride(0), blocks.stride(2), blocks.stride(3)
-    if (blocks.stride(5) != 1 or ss < blocks.shape[5] or sb % ss or sl % ss or (ss * 2) % 16
-            or blocks.data_ptr() % 16 or blocks.dtype != torch.bfloat16):
+    if (blocks.dtype != dtype or blocks.stride(5) != 1 or ss < blocks.shape[5] or sb % ss or sl % ss
+            or (ss * blocks.element_size()) % 16 or blocks.data_ptr() % 16):
         return None
     num_blocks, _, num_layers, page_size = blocks.shape[:4]
     rows = (num_blocks - 1) * (sb // ss) + (num_layers - 1) * (sl // ss) + page_size
@@ -320,6 +322,48 @@ def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_
         HAS_SINK=sink is not lse, CONSUMER_REGS=240, TMA_OUT=tma_out, num_warps=4, **pdl_kwargs(pdl))
 
 
+def decode_ws16_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx: int, max_q: int) -> bool:
+    """Whether the warp-specialized 16-row kernel (`kernels.mla_decode_ws16`) can take this call: Triton 3.6 on
+    a Hopper GPU, a bf16 q (no `q_scale`) with the rope-aware FP8 cache (float32 scales), DeepSeek's dims, at
+    most 16 rows (query tokens x heads) per sequence, pages a multiple of 64 slots, TMA-readable q and cache."""
+    return (_WS_AVAILABLE and is_hopper(q.device) and rope_aware and q_scale is None and scales is not None
+            and scales.dtype == torch.float32 and q.dtype == torch.bfloat16 and q.shape[-1] == 576
+            and blocks.shape[5] == 640 and out.shape[-1] == 512 and out.stride(-1) == 1
+            and q.shape[1] * max(1, max_q) <= 16 and blocks.shape[3] % 64 == 0 and _ws_q_rows(q) is not None
+            and _ws_cache_rows(blocks, layer_idx, torch.float8_e4m3fn) is not None)
+
+
+# shared-memory ring slots of `_mla_decode_ws16_kernel` (3: 205 KB in all) and the registers of its widen and
+# loader partitions
+WS16_SLOTS = 3
+WS16_WIDEN_REGS = 96
+WS16_LOADER_REGS = 48
+
+
+def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
+                 mask_code: int, window: int, out, lse, schedule, sink, part_out, part_lse, pdl: bool) -> None:
+    """`_mla_decode_ws16_kernel`, one program per worker, writing `out` / `lse` or the partials."""
+    batch = cache_lengths.shape[0]
+    num_workers = schedule.shape[0] - 1 - batch
+    lat2d, page_rows, layer_row0 = _ws_cache_rows(blocks, layer_idx, torch.float8_e4m3fn)
+    # the rope columns: bf16 values at bytes 512 to 639 of each row (columns 256 to 319 of the bf16 view)
+    rope2d = lat2d.view(torch.uint8).view(torch.bfloat16)
+    q2d = _ws_q_rows(q)
+
+    def desc(x2d, block, dtype):
+        return GluonTensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block, dtype))
+    _mla_decode_ws16_kernel[(num_workers,)](
+        desc(q2d, [16, 128], gl.bfloat16), desc(q2d, [16, 64], gl.bfloat16), desc(lat2d, [64, 128], gl.float8e4nv),
+        desc(rope2d, [64, 64], gl.bfloat16), out, lse, input_row_offsets, cache_lengths, lookup_table, schedule,
+        sink, part_out, part_lse, scales,
+        batch, q.shape[1], mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows, layer_row0,
+        layer_idx * scales.stride(2), lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0),
+        lse.stride(1), part_out.stride(0), part_out.stride(1), part_lse.stride(0), scales.stride(0),
+        scales.stride(3),
+        HAS_SINK=sink is not lse, SLOTS=WS16_SLOTS, WIDEN_REGS=WS16_WIDEN_REGS, LOADER_REGS=WS16_LOADER_REGS,
+        num_warps=4, **pdl_kwargs(pdl))
+
+
 def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx: int, scale: float,
                   mask_code: int, window: int, out, lse, schedule, *, max_seq_length: int, attn_sink=None,
                   qk_rope_head_dim: int = 64, scales=None, q_scale=None, quant_granularity: int = 0,
@@ -391,7 +435,14 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
     # programmatic dependent launches (Hopper): the kernels wait for the previous kernel at their start
     pdl = programmatic_launch(q.device, interpret)
     s_strides = (scales.stride(0), scales.stride(2), scales.stride(3)) if scales is not None else (0, 0, 0)
-    if cfg.ring_slots:
+    if cfg.ws16:
+        if not (not interpret and decode_ws16_ready(q, blocks, out, scales, q_scale if q_fp8 else None, rope_aware,
+                                                    layer_idx, max_q)):
+            raise ValueError("Invalid config: expected ws16 False for a call the Gluon 16-row kernel cannot take "
+                             "(see decode_ws16_ready), got True")
+        _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code,
+                     window, out, lse, schedule, sink, part_out, part_lse, pdl)
+    elif cfg.ring_slots:
         _launch_ring(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code,
                      window, out, lse, schedule, sink, part_out, part_lse, cfg.ring_slots, attn_sink is not None,
                      rope_aware, pdl)

@@ -1,0 +1,341 @@
+"""Warp-specialized dense MLA decode for Hopper, in Gluon, for tiles of up to 16 query rows over the rope-aware
+FP8 cache: the logits are computed transposed, keys x rows, so that the warpgroup MMAs' 64 rows are keys.
+
+Why. At 16 heads and one query token a tile has 16 rows, and a warpgroup MMA needs 64: the ring kernel
+(`pagedmla.kernels.mla_decode_ring`) uses 16-row `mma.sync` instead, whose operands every warp loads from shared
+memory itself. With the FP8 cache each block is also widened from e4m3 to bf16 on the same warps, and the kernel
+is bound by those instructions' dependency chains (0.76x of the bf16 decode's speed where its bytes allow
+about 1.7x; BENCHMARKS.md). Here S^T = K q^T and O^T = V^T P^T put the keys and the output columns on the MMAs'
+64-row side and the 16 query rows on their N side, so the tensor cores read the widened tiles straight from
+shared memory, and the widening runs on warps of its own.
+
+Work decomposition: program w is worker w of the split-KV schedule (`pagedmla.kernels.mla_decode`), one tile of
+the sequence's up to 16 rows (row = token x H + head), pieces as in `pagedmla.kernels.mla_decode_ws` (64-key
+blocks; pages are multiples of 64 slots). Three partitions:
+- loader (1 warp): per piece, q's rows by TMA (once the previous piece's are read); per block, the e4m3 latent
+  `[64, 512]` and the bf16 rope `[64, 64]` by TMA and the rows' scales by `cp.async`, into a ring of SLOTS
+  slots, all completing one barrier (`k_ready`);
+- widen (4 warps): each block's latent, chunk by chunk (128 columns), widened exactly to bf16 into the tile W
+  (`pagedmla.kernels.fp8`'s conversion; value rows of keys outside the piece's range written as zeros: unused
+  cache slots may hold NaN), once the previous block's P @ V is done with that chunk (`w_free`), then
+  `w_ready`;
+- MMA (the default 4 warps): S^T `[64, 16]` = W q_lat^T (scaled by each key's scale) + rope q_rope^T, the
+  online softmax down the keys, P^T (times the keys' scales, since W holds the unscaled latent) into shared
+  memory, and O^T `[512, 16]` += W^T P^T in four 128-column chunks, each released to the widen warps as it
+  completes. A whole sequence is finished here (sink, normalization), a piece of a split one is written with
+  its LSE to the partial slot `2w` or `2w + 1` for `mla_decode._mla_decode_combine_kernel`.
+
+Compiled for sm_90 only (warpgroup MMAs, TMA); tested in the gpu tier against the reference.
+Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave the kernel in natural log.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from .fp8 import E4M3X4_TO_BF16_ASM
+from .gluon_common import D_LAT, D_ROPE, LN2, LOG2E, opaque_zero, wait_for_prior_grid
+from .mla_decode_ws import _no_inf, _page, _piece
+
+ROWS = gl.constexpr(16)  # query rows per tile: the MMAs' N
+BLOCK_N = gl.constexpr(64)  # keys per block: the logits MMAs' M
+CHUNK = gl.constexpr(128)  # latent columns per widened chunk and per output accumulator
+N_CHUNKS = gl.constexpr(4)
+
+
+@gluon.constexpr_function
+def _acc_layout():
+    """Accumulator layout of S^T `[64, 16]` and of the output chunks O^T `[128, 16]` (one warpgroup)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
+
+
+@gluon.constexpr_function
+def _widen_layout():
+    """A latent chunk `[64, 128]` over the widen warps: 16 consecutive e4m3 values (16 bytes) per thread."""
+    return gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])
+
+
+@gluon.constexpr_function
+def _bf16_tile():
+    return gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+
+
+@gluon.jit
+def _span(schedule_ptr, w, batch):
+    """(first, last) sequence of worker w's span."""
+    first_seq = gl.load(schedule_ptr + (1 + w) * 4)
+    last_seq = gl.minimum(gl.load(schedule_ptr + (1 + w) * 4 + 2), batch - 1)
+    return first_seq, last_seq
+
+
+@gluon.jit
+def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, lat_s, rope_s, sc_s, q_ready, q_empty, k_ready,
+            k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch, num_heads,
+            mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b, stride_s_s, stride_lt_b,
+            SLOTS: gl.constexpr):
+    """The copies: q's rows per piece, each block's latent, rope and scales into ring slot c % SLOTS once the
+    MMA and widen warps have released it (`k_empty`, two arrivals)."""
+    sc_layout: gl.constexpr = gl.BlockedLayout([2], [32], [1], [0])
+    wait_for_prior_grid(w)
+    first_seq, last_seq = _span(schedule_ptr, w, batch)
+    c = 0
+    pieces = 0
+    for b in range(first_seq, last_seq + 1):
+        _active, _whole, lo, hi, k_lo, n_blocks, row_start, _num_q, _lo_r, _hi_r, _lo_max, _hi_min = _piece(
+            schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, 0, num_heads, mask_code, window, sc_layout, ROWS)
+        if n_blocks > 0:
+            lookup_row = lookup_ptr + b.to(gl.int64) * stride_lt_b
+            # q's rows viewed as [T * H, 576] from row_start * H on (rows past the sequence's tokens are
+            # another's or zeros: they see no key and are not written)
+            mbarrier.wait(q_empty, (pieces & 1) ^ 1)
+            mbarrier.expect(q_ready, N_CHUNKS * q_desc.block_type.nbytes + qr_desc.block_type.nbytes)
+            q_row = row_start * num_heads
+            for ch in gl.static_range(N_CHUNKS):
+                tma.async_copy_global_to_shared(q_desc, [q_row, CHUNK * ch], q_ready, q_s.index(ch))
+            tma.async_copy_global_to_shared(qr_desc, [q_row, D_LAT], q_ready, qr_s)
+            pieces += 1
+            for i in range(n_blocks):
+                st = c % SLOTS
+                k0 = k_lo + i * BLOCK_N
+                page = _page(lookup_row, k0, hi, page_size)
+                mbarrier.wait(k_empty.index(st), ((c // SLOTS) & 1) ^ 1)
+                # the scales first: their cp.async arrival holds the barrier's phase open until they land, and
+                # the expect below is the phase's one counted arrival
+                keys = k0 + gl.arange(0, BLOCK_N, sc_layout)
+                slot = k0 % page_size + gl.arange(0, BLOCK_N, sc_layout)
+                s_ptr = scales_ptr + page.to(gl.int64) * stride_s_b + s_layer_off + slot.to(gl.int64) * stride_s_s
+                async_copy.async_copy_global_to_shared(sc_s.index(st), s_ptr, mask=(keys >= lo) & (keys < hi))
+                async_copy.mbarrier_arrive(k_ready.index(st))
+                bar = k_ready.index(st)
+                mbarrier.expect(bar, N_CHUNKS * lat_desc.block_type.nbytes + rope_desc.block_type.nbytes)
+                row = page * page_rows + layer_row0 + k0 % page_size
+                for ch in gl.static_range(N_CHUNKS):
+                    tma.async_copy_global_to_shared(lat_desc, [row, CHUNK * ch], bar, lat_s.index(st * N_CHUNKS + ch))
+                # the rope columns are bf16 values at bytes 512 to 639 of the row: columns 256 to 319 of its bf16 view
+                tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 2], bar, rope_s.index(st))
+                c += 1
+
+
+@gluon.jit
+def _widener(lat_s, w_s, k_ready, k_empty, w_ready, w_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, w, batch,
+             num_heads, mask_code, window, SLOTS: gl.constexpr):
+    """Each block's e4m3 latent into the bf16 tile W, chunk by chunk; value rows outside the piece's keys
+    [lo, hi) (edge blocks only) as zeros."""
+    layout: gl.constexpr = _widen_layout()
+    wait_for_prior_grid(w)
+    first_seq, last_seq = _span(schedule_ptr, w, batch)
+    c = 0
+    for b in range(first_seq, last_seq + 1):
+        _active, _whole, lo, hi, k_lo, n_blocks, _row_start, _num_q, _lo_r, _hi_r, _lo_max, _hi_min = _piece(
+            schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, 0, num_heads, mask_code, window,
+            gl.SliceLayout(0, layout), ROWS)
+        for i in range(n_blocks):
+            st = c % SLOTS
+            k0 = k_lo + i * BLOCK_N
+            edge = (k0 < lo) | (k0 + BLOCK_N > hi)
+            j = k0 + gl.arange(0, BLOCK_N, gl.SliceLayout(1, layout))
+            keep = ((j >= lo) & (j < hi))[:, None]
+            mbarrier.wait(k_ready.index(st), (c // SLOTS) & 1)
+            for ch in gl.static_range(N_CHUNKS):
+                x = lat_s.index(st * N_CHUNKS + ch).load(layout)
+                y = gl.inline_asm_elementwise(E4M3X4_TO_BF16_ASM, "=r,=r,r", [x.to(gl.uint8, bitcast=True)],
+                                              dtype=gl.bfloat16, is_pure=False, pack=4)
+                if edge:
+                    y = gl.where(keep, y, gl.zeros_like(y))
+                # the previous block's P @ V is done with this chunk of W
+                mbarrier.wait(w_free.index(ch), (c & 1) ^ 1)
+                w_s.index(ch).store(y)
+                fence_async_shared()  # the MMAs read W through the async proxy
+                gl.thread_barrier()  # every thread's part of the chunk is written
+                mbarrier.arrive(w_ready.index(ch))
+            mbarrier.arrive(k_empty.index(st))
+            c += 1
+
+
+@gluon.jit
+def _mma_warps(q_s, qr_s, rope_s, sc_s, w_s, p_s, q_ready, q_empty, k_ready, k_empty, w_ready, w_free,
+               schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr,
+               part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h,
+               stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, SLOTS: gl.constexpr,
+               HAS_SINK: gl.constexpr):
+    """Logits, softmax and P @ V of each block, then the piece's rows to `out` / `lse` or to its partial slot."""
+    layout: gl.constexpr = _acc_layout()
+    col_l: gl.constexpr = gl.SliceLayout(0, layout)  # one value per query row (a column of S^T)
+    key_l: gl.constexpr = gl.SliceLayout(1, layout)  # one value per key (a row of S^T)
+    wait_for_prior_grid(w)
+    first_seq, last_seq = _span(schedule_ptr, w, batch)
+    c = 0
+    pieces = 0
+    for b in range(first_seq, last_seq + 1):
+        active, whole, _lo, _hi, k_lo, n_blocks, row_start, num_q, lo_r, hi_r, lo_max, hi_min = _piece(
+            schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, 0, num_heads, mask_code, window, col_l, ROWS)
+        if active:
+            m_i = gl.full([ROWS], float("-inf"), gl.float32, col_l)
+            l_cols = gl.zeros([BLOCK_N, ROWS], gl.float32, layout)
+            o0 = gl.zeros([CHUNK, ROWS], gl.float32, layout)
+            o1 = gl.zeros([CHUNK, ROWS], gl.float32, layout)
+            o2 = gl.zeros([CHUNK, ROWS], gl.float32, layout)
+            o3 = gl.zeros([CHUNK, ROWS], gl.float32, layout)
+            if n_blocks > 0:
+                mbarrier.wait(q_ready, pieces & 1)
+                for i in range(n_blocks):
+                    st = c % SLOTS
+                    k0 = k_lo + i * BLOCK_N
+                    ph = c & 1
+                    # q's chunks through an opaque 0 (see `gluon_common.opaque_zero`)
+                    dyn = opaque_zero(c)
+                    mbarrier.wait(k_ready.index(st), (c // SLOTS) & 1)
+                    s_rope = warpgroup_mma(rope_s.index(st), qr_s.permute((1, 0)),
+                                           gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False,
+                                           is_async=True)
+                    mbarrier.wait(w_ready.index(0), ph)
+                    s_lat = warpgroup_mma(w_s.index(0), q_s.index(dyn).permute((1, 0)),
+                                          gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False,
+                                          is_async=True)
+                    for ch in gl.static_range(1, N_CHUNKS):
+                        mbarrier.wait(w_ready.index(ch), ph)
+                        s_lat = warpgroup_mma(w_s.index(ch), q_s.index(ch + dyn).permute((1, 0)), s_lat,
+                                              is_async=True)
+                    s_rope, s_lat = warpgroup_mma_wait(num_outstanding=0, deps=(s_rope, s_lat))
+                    sc = sc_s.index(st).load(key_l)
+                    mbarrier.arrive(k_empty.index(st))  # its rope and scales are read
+                    # W holds the unscaled latent: the key's scale multiplies its latent logits
+                    s = (s_lat * sc[:, None] + s_rope) * qk_scale
+                    if (k0 < lo_max) | (k0 + BLOCK_N > hi_min):
+                        j = k0 + gl.arange(0, BLOCK_N, key_l)
+                        s = gl.where((j[:, None] >= lo_r[None, :]) & (j[:, None] < hi_r[None, :]), s, float("-inf"))
+                    m_new = gl.maximum(m_i, gl.max(s, axis=0))
+                    m_safe = _no_inf(m_new)
+                    alpha = gl.exp2(m_i - m_safe)
+                    p = gl.exp2(s - m_safe[None, :])
+                    l_cols = l_cols * alpha[None, :] + p
+                    m_i = m_new
+                    # P^T, with the keys' scales (V is the unscaled latent too), as the MMAs' [K, N] operand
+                    p_s.store(gl.permute((p * sc[:, None]).to(gl.bfloat16), (1, 0)))
+                    fence_async_shared()
+                    gl.thread_barrier()
+                    pt = p_s.permute((1, 0))
+                    o0 = warpgroup_mma(w_s.index(0).permute((1, 0)), pt, o0 * alpha[None, :], is_async=True)
+                    o1 = warpgroup_mma(w_s.index(1).permute((1, 0)), pt, o1 * alpha[None, :], is_async=True)
+                    o2 = warpgroup_mma(w_s.index(2).permute((1, 0)), pt, o2 * alpha[None, :], is_async=True)
+                    o3 = warpgroup_mma(w_s.index(3).permute((1, 0)), pt, o3 * alpha[None, :], is_async=True)
+                    # each chunk of W goes back to the widen warps as soon as its MMA is done
+                    o0 = warpgroup_mma_wait(num_outstanding=3, deps=(o0,))
+                    mbarrier.arrive(w_free.index(0))
+                    o1 = warpgroup_mma_wait(num_outstanding=2, deps=(o1,))
+                    mbarrier.arrive(w_free.index(1))
+                    o2 = warpgroup_mma_wait(num_outstanding=1, deps=(o2,))
+                    mbarrier.arrive(w_free.index(2))
+                    o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o3,))
+                    mbarrier.arrive(w_free.index(3))
+                    c += 1
+                mbarrier.arrive(q_empty)
+                pieces += 1
+
+            l_i = gl.sum(l_cols, axis=0)
+            has = l_i > 0.0
+            m_use = _no_inf(m_i)
+            l_safe = gl.where(has, l_i, 1.0)
+            lse = gl.where(has, (m_i + gl.log2(l_safe)) * LN2, float("-inf"))
+            rows = gl.arange(0, ROWS, col_l)
+            rows_ok = rows < num_q * num_heads
+            heads = rows % num_heads
+            # the sink joins the denominator of whole sequences (sink_ptr is any float32 buffer of H values
+            # without one, loaded and dropped, as in `mla_decode_ws`)
+            sink = gl.where(whole & HAS_SINK, gl.load(sink_ptr + heads, mask=rows_ok, other=0.0) * LOG2E,
+                            float("-inf"))
+            if whole:
+                inv = gl.where(has, 1.0 / (l_safe + gl.exp2(sink - m_use)), 0.0)
+                o_row = (row_start + rows // num_heads).to(gl.int64) * stride_o_t + heads.to(gl.int64) * stride_o_h
+                _store_chunks(out_ptr, o_row, o0, o1, o2, o3, inv, rows_ok, False)
+                gl.store(lse_ptr + (row_start + rows // num_heads).to(gl.int64) * stride_lse_t
+                         + heads.to(gl.int64) * stride_lse_h, lse, mask=rows_ok)
+            else:
+                slot = (2 * w + (b != first_seq).to(gl.int32)).to(gl.int64)
+                inv = gl.where(has, 1.0 / l_safe, 0.0)
+                _store_chunks(part_out_ptr, slot * stride_po_s + rows.to(gl.int64) * stride_po_r, o0, o1, o2, o3, inv,
+                              rows_ok, True)
+                gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, eviction_policy="evict_last")
+
+
+@gluon.jit
+def _store_chunk(ptr, row_off, ch: gl.constexpr, acc, inv, rows_ok, KEEP: gl.constexpr):
+    """Output chunk ch (O^T `[128, 16]`: column ch * 128 + m of row n) times the rows' `inv` to
+    `ptr + row_off[n] + column`, in the pointer's dtype. KEEP: partial results, stored with L2 policy evict_last
+    (see `mla_sparse_decode_ring._store_rows`)."""
+    layout: gl.constexpr = _acc_layout()
+    cols = ch * CHUNK + gl.arange(0, CHUNK, gl.SliceLayout(1, layout))
+    val = (acc * inv[None, :]).to(ptr.dtype.element_ty)
+    ptrs = ptr + row_off[None, :] + cols[:, None]
+    if KEEP:
+        gl.store(ptrs, val, mask=rows_ok[None, :], eviction_policy="evict_last")
+    else:
+        gl.store(ptrs, val, mask=rows_ok[None, :])
+
+
+@gluon.jit
+def _store_chunks(ptr, row_off, o0, o1, o2, o3, inv, rows_ok, KEEP: gl.constexpr):
+    _store_chunk(ptr, row_off, 0, o0, inv, rows_ok, KEEP)
+    _store_chunk(ptr, row_off, 1, o1, inv, rows_ok, KEEP)
+    _store_chunk(ptr, row_off, 2, o2, inv, rows_ok, KEEP)
+    _store_chunk(ptr, row_off, 3, o3, inv, rows_ok, KEEP)
+
+
+# as `_mla_decode_ws_kernel`: no recompile when a size becomes 1 or changes its divisibility by 16
+@gluon.jit(do_not_specialize=["batch", "num_heads", "mask_code", "window", "page_size", "page_rows", "layer_row0"])
+def _mla_decode_ws16_kernel(
+    q_desc, qr_desc, lat_desc, rope_desc, out_ptr, lse_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr,
+    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr,
+    batch, num_heads, mask_code, window, qk_scale, page_size, page_rows, layer_row0, s_layer_off,
+    stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
+    stride_s_b, stride_s_s,
+    HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, WIDEN_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+):
+    """Program w: worker w's span of the schedule. The cache is read through `lat_desc` (the e4m3 rows as a
+    2-D view `[rows, 640]`, in which page p's slot s of this layer is row `p * page_rows + layer_row0 + s`) and
+    `rope_desc` (their bf16 view `[rows, 320]`); the row's scale is at `scales_ptr + page * stride_s_b +
+    s_layer_off + slot * stride_s_s`. q is read through `q_desc` / `qr_desc` (`[T * H, 576]`)."""
+    w = gl.program_id(0)
+    q_s = gl.allocate_shared_memory(gl.bfloat16, [N_CHUNKS, ROWS, CHUNK], q_desc.layout)
+    qr_s = gl.allocate_shared_memory(gl.bfloat16, [ROWS, D_ROPE], qr_desc.layout)
+    lat_s = gl.allocate_shared_memory(gl.float8e4nv, [SLOTS * N_CHUNKS, BLOCK_N, CHUNK], lat_desc.layout)
+    rope_s = gl.allocate_shared_memory(gl.bfloat16, [SLOTS, BLOCK_N, D_ROPE], rope_desc.layout)
+    sc_s = gl.allocate_shared_memory(gl.float32, [SLOTS, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    w_s = gl.allocate_shared_memory(gl.bfloat16, [N_CHUNKS, BLOCK_N, CHUNK], _bf16_tile())
+    p_s = gl.allocate_shared_memory(gl.bfloat16, [ROWS, BLOCK_N], _bf16_tile())
+    k_ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+    w_ready = gl.allocate_shared_memory(gl.int64, [N_CHUNKS, 1], mbarrier.MBarrierLayout())
+    w_free = gl.allocate_shared_memory(gl.int64, [N_CHUNKS, 1], mbarrier.MBarrierLayout())
+    qb = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_ready = qb.index(0)
+    q_empty = qb.index(1)
+    for i in gl.static_range(SLOTS):
+        mbarrier.init(k_ready.index(i), count=1)  # the loader's expect (and its scale copies, see `_loader`)
+        mbarrier.init(k_empty.index(i), count=2)  # the widen warps (latent read) and the MMA warps (rope, scales)
+    for i in gl.static_range(N_CHUNKS):
+        mbarrier.init(w_ready.index(i), count=1)
+        mbarrier.init(w_free.index(i), count=1)
+    mbarrier.init(q_ready, count=1)
+    mbarrier.init(q_empty, count=1)
+    fence_async_shared()
+
+    gl.warp_specialize([
+        (_mma_warps, (q_s, qr_s, rope_s, sc_s, w_s, p_s, q_ready, q_empty, k_ready, k_empty, w_ready, w_free,
+                      schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr,
+                      part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h,
+                      stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, SLOTS, HAS_SINK)),
+        (_widener, (lat_s, w_s, k_ready, k_empty, w_ready, w_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, w,
+                    batch, num_heads, mask_code, window, SLOTS)),
+        (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, lat_s, rope_s, sc_s, q_ready, q_empty, k_ready,
+                   k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch,
+                   num_heads, mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b,
+                   stride_s_s, stride_lt_b, SLOTS)),
+    ], [4, 1], [WIDEN_REGS, LOADER_REGS])
