@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (edit per session). This one: the warp-specialized 16-row decode over the rope-aware FP8 cache
-# (`kernels.mla_decode_ws16`, taken only with its config): its gpu tests, then decode_probe's sweep of it
-# against the shipped config (the default plan and 132 workers), with the bf16 decode for the ratio.
+# (`kernels.mla_decode_ws16`, taken only with its config): its gpu tests at 4 and 8 widen warps, then its
+# variants against the shipped path (benchmarks/experiments/ws16_variants.py).
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -10,8 +10,8 @@ PYTHONPATH=src timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rf t
   -k "ws16" -x > "$OUT/gpu-tests-$COMMIT.txt" 2>&1
 rc=$?
 echo "tests rc $rc"; tail -1 "$OUT/gpu-tests-$COMMIT.txt"; grep -E "^FAILED|^E  " "$OUT/gpu-tests-$COMMIT.txt" | head -20
-PYTHONPATH=src timeout 200 python3 benchmarks/decode_probe.py --sweep --config 16,64,4,1,ws16 --workers 132 \
-  --case 64,4096,16,1,fp8 --case 128,4096,16,1,fp8 --case 64,4096,16,1 --case 1,16384,16,1,fp8 \
-  --json "$OUT/ws16-probe-$COMMIT.json" > "$OUT/ws16-probe-$COMMIT.txt" 2>&1
-echo "probe rc $?"
-grep -E "^#|  B" "$OUT/ws16-probe-$COMMIT.txt" | cut -c1-160 | head -30
+PYTHONPATH=src:benchmarks timeout 300 python3 benchmarks/experiments/ws16_variants.py --case 64,4096 --case 128,4096 \
+  --case 1,16384 --variant widen_warps=4 --variant widen_warps=8 --variant widen_warps=8,slots=2 --repeat 2 \
+  > "$OUT/ws16-variants-$COMMIT.txt" 2>&1
+echo "variants rc $?"
+cat "$OUT/ws16-variants-$COMMIT.txt" | cut -c1-150

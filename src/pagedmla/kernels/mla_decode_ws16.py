@@ -15,7 +15,7 @@ blocks; pages are multiples of 64 slots). Three partitions:
 - loader (1 warp): per piece, q's rows by TMA (once the previous piece's are read); per block, the e4m3 latent
   `[64, 512]` and the bf16 rope `[64, 64]` by TMA and the rows' scales by `cp.async`, into a ring of SLOTS
   slots, all completing one barrier (`k_ready`);
-- widen (4 warps): each block's latent, chunk by chunk (128 columns), widened exactly to bf16 into the tile W
+- widen (WIDEN_WARPS warps): each block's latent, chunk by chunk (128 columns), widened exactly to bf16 into the tile W
   (`pagedmla.kernels.fp8`'s conversion; value rows of keys outside the piece's range written as zeros: unused
   cache slots may hold NaN), once the previous block's P @ V is done with that chunk (`w_free`), then
   `w_ready`;
@@ -42,12 +42,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from .fp8 import E4M3X4_TO_BF16_ASM
 from .gluon_common import D_LAT, D_ROPE, LN2, LOG2E, opaque_zero, wait_for_prior_grid
-from .mla_decode_ws import _no_inf, _page, _piece
+from .mla_decode_ws import _no_inf, _piece
 
 ROWS = gl.constexpr(16)  # query rows per tile: the MMAs' N
 BLOCK_N = gl.constexpr(64)  # keys per block: the logits MMAs' M
 CHUNK = gl.constexpr(128)  # latent columns per widened chunk and per output accumulator
 N_CHUNKS = gl.constexpr(4)
+ENTRIES = gl.constexpr(32)  # table entries the loader loads at a time
 
 
 @gluon.constexpr_function
@@ -57,9 +58,9 @@ def _acc_layout():
 
 
 @gluon.constexpr_function
-def _widen_layout():
+def _widen_layout(warps):
     """A latent chunk `[64, 128]` over the widen warps: 16 consecutive e4m3 values (16 bytes) per thread."""
-    return gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])
+    return gl.BlockedLayout([1, 16], [4, 8], [warps, 1], [1, 0])
 
 
 @gluon.constexpr_function
@@ -73,6 +74,21 @@ def _span(schedule_ptr, w, batch):
     first_seq = gl.load(schedule_ptr + (1 + w) * 4)
     last_seq = gl.minimum(gl.load(schedule_ptr + (1 + w) * 4 + 2), batch - 1)
     return first_seq, last_seq
+
+
+@gluon.constexpr_function
+def _entry_layout():
+    """A vector of ENTRIES table entries over the loader warp: one per thread."""
+    return gl.BlockedLayout([1], [32], [1], [0])
+
+
+@gluon.jit
+def _table_entries(lookup_row, k_lo, hi, page_size, first, n_blocks):
+    """The table entries of blocks `[first, first + ENTRIES)` of the piece (blocks past `n_blocks`: 0, unused;
+    a block reaching past hi takes its last key's entry, a used page)."""
+    i = first + gl.arange(0, ENTRIES, _entry_layout())
+    k0 = k_lo + i * BLOCK_N
+    return gl.load(lookup_row + gl.minimum(k0, hi - 1) // page_size, mask=i < n_blocks, other=0)
 
 
 @gluon.jit
@@ -101,10 +117,17 @@ def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, lat_s, rope_s, sc_s
                 tma.async_copy_global_to_shared(q_desc, [q_row, CHUNK * ch], q_ready, q_s.index(ch))
             tma.async_copy_global_to_shared(qr_desc, [q_row, D_LAT], q_ready, qr_s)
             pieces += 1
+            # the table entries of the blocks, 32 blocks per load, one load ahead: a load per block would put
+            # its latency on every block's copies
+            nxt = _table_entries(lookup_row, k_lo, hi, page_size, 0, n_blocks)
+            entries = nxt
             for i in range(n_blocks):
+                if i % ENTRIES == 0:
+                    entries = nxt
+                    nxt = _table_entries(lookup_row, k_lo, hi, page_size, i + ENTRIES, n_blocks)
+                page = gl.sum(gl.where(gl.arange(0, ENTRIES, _entry_layout()) == i % ENTRIES, entries, 0), axis=0)
                 st = c % SLOTS
                 k0 = k_lo + i * BLOCK_N
-                page = _page(lookup_row, k0, hi, page_size)
                 mbarrier.wait(k_empty.index(st), ((c // SLOTS) & 1) ^ 1)
                 # the scales first: their cp.async arrival holds the barrier's phase open until they land, and
                 # the expect below is the phase's one counted arrival
@@ -125,10 +148,10 @@ def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, lat_s, rope_s, sc_s
 
 @gluon.jit
 def _widener(lat_s, w_s, k_ready, k_empty, w_ready, w_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, w, batch,
-             num_heads, mask_code, window, SLOTS: gl.constexpr):
+             num_heads, mask_code, window, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr):
     """Each block's e4m3 latent into the bf16 tile W, chunk by chunk; value rows outside the piece's keys
     [lo, hi) (edge blocks only) as zeros."""
-    layout: gl.constexpr = _widen_layout()
+    layout: gl.constexpr = _widen_layout(WIDEN_WARPS)
     wait_for_prior_grid(w)
     first_seq, last_seq = _span(schedule_ptr, w, batch)
     c = 0
@@ -296,7 +319,8 @@ def _mla_decode_ws16_kernel(
     batch, num_heads, mask_code, window, qk_scale, page_size, page_rows, layer_row0, s_layer_off,
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
     stride_s_b, stride_s_s,
-    HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, WIDEN_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+    HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr, WIDEN_REGS: gl.constexpr,
+    LOADER_REGS: gl.constexpr,
 ):
     """Program w: worker w's span of the schedule. The cache is read through `lat_desc` (the e4m3 rows as a
     2-D view `[rows, 640]`, in which page p's slot s of this layer is row `p * page_rows + layer_row0 + s`) and
@@ -333,9 +357,9 @@ def _mla_decode_ws16_kernel(
                       part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h,
                       stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, SLOTS, HAS_SINK)),
         (_widener, (lat_s, w_s, k_ready, k_empty, w_ready, w_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, w,
-                    batch, num_heads, mask_code, window, SLOTS)),
+                    batch, num_heads, mask_code, window, SLOTS, WIDEN_WARPS)),
         (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, lat_s, rope_s, sc_s, q_ready, q_empty, k_ready,
                    k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch,
                    num_heads, mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b,
                    stride_s_s, stride_lt_b, SLOTS)),
-    ], [4, 1], [WIDEN_REGS, LOADER_REGS])
+    ], [WIDEN_WARPS, 1], [WIDEN_REGS, LOADER_REGS])

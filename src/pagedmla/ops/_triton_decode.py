@@ -336,6 +336,7 @@ def decode_ws16_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_i
 # shared-memory ring slots of `_mla_decode_ws16_kernel` (3: 205 KB in all) and the registers of its widen and
 # loader partitions
 WS16_SLOTS = 3
+WS16_WIDEN_WARPS = 4
 WS16_WIDEN_REGS = 96
 WS16_LOADER_REGS = 48
 
@@ -360,7 +361,8 @@ def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         layer_idx * scales.stride(2), lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0),
         lse.stride(1), part_out.stride(0), part_out.stride(1), part_lse.stride(0), scales.stride(0),
         scales.stride(3),
-        HAS_SINK=sink is not lse, SLOTS=WS16_SLOTS, WIDEN_REGS=WS16_WIDEN_REGS, LOADER_REGS=WS16_LOADER_REGS,
+        HAS_SINK=sink is not lse, SLOTS=WS16_SLOTS, WIDEN_WARPS=WS16_WIDEN_WARPS, WIDEN_REGS=WS16_WIDEN_REGS,
+        LOADER_REGS=WS16_LOADER_REGS,
         num_warps=4, **pdl_kwargs(pdl))
 
 
