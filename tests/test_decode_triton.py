@@ -1299,11 +1299,12 @@ WS16_CASES = [
 @pytest.mark.parametrize("heads,page_size,cache,new", WS16_CASES)
 @pytest.mark.parametrize("mask,window", [("causal", -1), ("null", -1), ("sliding_window_causal", 100),
                                          ("sliding_window_noncausal", 37), ("chunked_causal", 50)])
-@pytest.mark.parametrize("parts", [None, 7, 300], ids=["plan", "W7", "W300"])
+@pytest.mark.parametrize("parts", [None, 1, 2, 7, 300], ids=["plan", "W1", "W2", "W7", "W300"])
 def test_gpu_ws16(heads, page_size, cache, new, mask, window, parts, call_counter):
     """The warp-specialized 16-row kernel over the rope-aware FP8 cache (`launch_decode` with its config;
-    launches counted): every mask, a sink with the causal one, and every schedule (the plan's, few workers
-    holding several sequences, more workers than key blocks: empty ranges)."""
+    launches counted): every mask, a sink with the causal one, and every schedule (the plan's; one or two
+    workers, whose pieces run past the loader's 32 table entries per load; few workers holding several
+    sequences; more workers than key blocks: empty ranges)."""
     launches = call_counter(_triton_decode, "_launch_ws16")
     run_ring_case(heads, page_size, cache, new, "fp8", mask=mask, window=window, sink=mask == "causal",
                   parts=parts, config=WS16, seed=heads + page_size)

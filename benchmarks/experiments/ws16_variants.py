@@ -34,7 +34,8 @@ def _timed(case: Case, plan, config, label: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", default=[], help="B,N (16 heads, one token)")
-    parser.add_argument("--variant", action="append", default=[], help="knob=value,... (knobs: " + ", ".join(KNOBS) + ")")
+    parser.add_argument("--variant", action="append", default=[],
+                        help="knob=value,... (knobs: " + ", ".join(KNOBS) + ")")
     parser.add_argument("--workers", type=int, default=0, help="workers of the ws16 schedule (0: the SM count)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds over the variants")
     args = parser.parse_args()

@@ -117,33 +117,36 @@ def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, lat_s, rope_s, sc_s
                 tma.async_copy_global_to_shared(q_desc, [q_row, CHUNK * ch], q_ready, q_s.index(ch))
             tma.async_copy_global_to_shared(qr_desc, [q_row, D_LAT], q_ready, qr_s)
             pieces += 1
-            # the table entries of the blocks, 32 blocks per load, one load ahead: a load per block would put
-            # its latency on every block's copies
+            # the table entries of the blocks, ENTRIES blocks per load, one load ahead: a load per block would put
+            # its latency on every block's copies. (A group's entries live in the outer loop's body: reassigned
+            # under an `if` in the block loop they were not carried across its iterations.)
             nxt = _table_entries(lookup_row, k_lo, hi, page_size, 0, n_blocks)
-            entries = nxt
-            for i in range(n_blocks):
-                if i % ENTRIES == 0:
-                    entries = nxt
-                    nxt = _table_entries(lookup_row, k_lo, hi, page_size, i + ENTRIES, n_blocks)
-                page = gl.sum(gl.where(gl.arange(0, ENTRIES, _entry_layout()) == i % ENTRIES, entries, 0), axis=0)
-                st = c % SLOTS
-                k0 = k_lo + i * BLOCK_N
-                mbarrier.wait(k_empty.index(st), ((c // SLOTS) & 1) ^ 1)
-                # the scales first: their cp.async arrival holds the barrier's phase open until they land, and
-                # the expect below is the phase's one counted arrival
-                keys = k0 + gl.arange(0, BLOCK_N, sc_layout)
-                slot = k0 % page_size + gl.arange(0, BLOCK_N, sc_layout)
-                s_ptr = scales_ptr + page.to(gl.int64) * stride_s_b + s_layer_off + slot.to(gl.int64) * stride_s_s
-                async_copy.async_copy_global_to_shared(sc_s.index(st), s_ptr, mask=(keys >= lo) & (keys < hi))
-                async_copy.mbarrier_arrive(k_ready.index(st))
-                bar = k_ready.index(st)
-                mbarrier.expect(bar, N_CHUNKS * lat_desc.block_type.nbytes + rope_desc.block_type.nbytes)
-                row = page * page_rows + layer_row0 + k0 % page_size
-                for ch in gl.static_range(N_CHUNKS):
-                    tma.async_copy_global_to_shared(lat_desc, [row, CHUNK * ch], bar, lat_s.index(st * N_CHUNKS + ch))
-                # the rope columns are bf16 values at bytes 512 to 639 of the row: columns 256 to 319 of its bf16 view
-                tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 2], bar, rope_s.index(st))
-                c += 1
+            for g in range(0, n_blocks, ENTRIES):
+                entries = nxt
+                nxt = _table_entries(lookup_row, k_lo, hi, page_size, g + ENTRIES, n_blocks)
+                for i in range(g, gl.minimum(g + ENTRIES, n_blocks)):
+                    page = gl.sum(gl.where(gl.arange(0, ENTRIES, _entry_layout()) == i - g, entries, 0), axis=0)
+                    st = c % SLOTS
+                    k0 = k_lo + i * BLOCK_N
+                    mbarrier.wait(k_empty.index(st), ((c // SLOTS) & 1) ^ 1)
+                    # the scales first: their cp.async arrival holds the barrier's phase open until they land, and
+                    # the expect below is the phase's one counted arrival
+                    keys = k0 + gl.arange(0, BLOCK_N, sc_layout)
+                    slot = k0 % page_size + gl.arange(0, BLOCK_N, sc_layout)
+                    s_ptr = (scales_ptr + page.to(gl.int64) * stride_s_b + s_layer_off
+                             + slot.to(gl.int64) * stride_s_s)
+                    async_copy.async_copy_global_to_shared(sc_s.index(st), s_ptr, mask=(keys >= lo) & (keys < hi))
+                    async_copy.mbarrier_arrive(k_ready.index(st))
+                    bar = k_ready.index(st)
+                    mbarrier.expect(bar, N_CHUNKS * lat_desc.block_type.nbytes + rope_desc.block_type.nbytes)
+                    row = page * page_rows + layer_row0 + k0 % page_size
+                    for ch in gl.static_range(N_CHUNKS):
+                        tma.async_copy_global_to_shared(lat_desc, [row, CHUNK * ch], bar,
+                                                        lat_s.index(st * N_CHUNKS + ch))
+                    # the rope columns are bf16 values at bytes 512 to 639 of the row: columns 256 to 319 of its
+                    # bf16 view
+                    tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 2], bar, rope_s.index(st))
+                    c += 1
 
 
 @gluon.jit

@@ -1,0 +1,156 @@
+"""Timeline of the 16-row warp-specialized FP8 decode (`pagedmla.kernels.mla_decode_ws16`): where each key block's
+time goes, per partition, inside a CUDA graph of back-to-back calls.
+
+    PYTHONPATH=src python3 benchmarks/experiments/ws16_timeline.py [--case 64,4096] [--workers 132] [--json F]
+
+Like `ws_timeline.py`: a copy of the kernel module with `%globaltimer` stamps patched into its source is swapped
+into the launcher. Each program stamps its first NB key blocks (over its pieces): the loader when it has issued
+the block's copies; the widen warps when the block has arrived and when its four chunks are widened; the MMA
+warps when the block has arrived, when W's chunk 0 and then all four chunks are ready (the logits' MMAs all
+issued), when the logits are done, when P is in shared memory and when P @ V is done. Printed for a middle call:
+medians over programs of each stamp relative to the block's loader stamp, and of the per-block periods and
+phases of blocks 2 to NB - 1. Not a harness: times are only what the stamps see (16 heads, one token, FP8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from decode_probe import Case
+from stamped_kernels import SourcePatch, load_patched, replay_stamped
+
+NB = 8  # blocks stamped per program
+STAMPS = ["load_issued", "widen_arrived", "widen_done", "mma_arrived", "w0_ready", "qk_issued", "qk_done",
+          "p_stored", "pv_done"]
+PER = len(STAMPS)
+WIDTH = NB * PER
+
+_HELPER = f'''
+
+@gluon.jit
+def _stamp(ptr, c, k: gl.constexpr):
+    if c < {NB}:
+        t = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [c], dtype=gl.int64, is_pure=False,
+                                      pack=1)
+        gl.store(ptr + gl.program_id(0) * {WIDTH} + c * {PER} + k, t)
+'''
+
+
+def _patched_source() -> str:
+    import pagedmla.kernels.mla_decode_ws16 as ws16
+    patch = SourcePatch(pathlib.Path(ws16.__file__).read_text())
+    sub = patch.sub
+    sub("from .fp8", "from pagedmla.kernels.fp8")
+    sub("from .gluon_common", "from pagedmla.kernels.gluon_common")
+    sub("from .mla_decode_ws", "from pagedmla.kernels.mla_decode_ws")
+    sub("\n\n@gluon.jit\ndef _span(", _HELPER + "\n\n@gluon.jit\ndef _span(")
+    # the stamp buffer: the kernel's argument after scales_ptr, each partition's last argument
+    sub("    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr,\n",
+        "    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr, stamps_ptr,\n")
+    sub("            SLOTS: gl.constexpr):\n", "            SLOTS: gl.constexpr, stamps_ptr):\n")
+    sub("             num_heads, mask_code, window, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr):\n",
+        "             num_heads, mask_code, window, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr, stamps_ptr):\n")
+    sub("               HAS_SINK: gl.constexpr):\n", "               HAS_SINK: gl.constexpr, stamps_ptr):\n")
+    sub("stride_po_s, stride_po_r, stride_pl_s, SLOTS, HAS_SINK)),",
+        "stride_po_s, stride_po_r, stride_pl_s, SLOTS, HAS_SINK, stamps_ptr)),")
+    sub("batch, num_heads, mask_code, window, SLOTS, WIDEN_WARPS)),",
+        "batch, num_heads, mask_code, window, SLOTS, WIDEN_WARPS, stamps_ptr)),")
+    sub("                   stride_s_s, stride_lt_b, SLOTS)),",
+        "                   stride_s_s, stride_lt_b, SLOTS, stamps_ptr)),")
+    # loader
+    sub("                    tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 2], bar, rope_s.index(st))\n",
+        "                    tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 2], bar, rope_s.index(st))\n"
+        "                    _stamp(stamps_ptr, c, 0)\n")
+    # widen
+    sub("[:, None]\n            mbarrier.wait(k_ready.index(st), (c // SLOTS) & 1)\n",
+        "[:, None]\n            mbarrier.wait(k_ready.index(st), (c // SLOTS) & 1)\n"
+        "            _stamp(stamps_ptr, c, 1)\n")
+    sub("            mbarrier.arrive(k_empty.index(st))\n            c += 1\n",
+        "            _stamp(stamps_ptr, c, 2)\n            mbarrier.arrive(k_empty.index(st))\n            c += 1\n")
+    # MMA
+    sub("                    mbarrier.wait(k_ready.index(st), (c // SLOTS) & 1)\n",
+        "                    mbarrier.wait(k_ready.index(st), (c // SLOTS) & 1)\n"
+        "                    _stamp(stamps_ptr, c, 3)\n")
+    sub("                    mbarrier.wait(w_ready.index(0), ph)\n",
+        "                    mbarrier.wait(w_ready.index(0), ph)\n                    _stamp(stamps_ptr, c, 4)\n")
+    sub("                    s_rope, s_lat = warpgroup_mma_wait(",
+        "                    _stamp(stamps_ptr, c, 5)\n                    s_rope, s_lat = warpgroup_mma_wait(")
+    sub("                    sc = sc_s.index(st).load(key_l)\n",
+        "                    _stamp(stamps_ptr, c, 6)\n                    sc = sc_s.index(st).load(key_l)\n")
+    sub("                    pt = p_s.permute((1, 0))\n",
+        "                    _stamp(stamps_ptr, c, 7)\n                    pt = p_s.permute((1, 0))\n")
+    sub("                    mbarrier.arrive(w_free.index(3))\n",
+        "                    mbarrier.arrive(w_free.index(3))\n                    _stamp(stamps_ptr, c, 8)\n")
+    return patch.src
+
+
+def _median(x: torch.Tensor) -> float:
+    return round(statistics.median(x.double().tolist()) / 1000, 3)
+
+
+def timeline(case: Case, workers: int, calls: int) -> dict:
+    from pagedmla.configs.decode import WS16
+    plan = case.plan(workers)
+    stamps = torch.zeros(calls, workers, WIDTH, dtype=torch.int64, device="cuda")
+    kernel = load_patched("mla_decode_ws16_stamped", _patched_source())._mla_decode_ws16_kernel
+    run = case.run
+    case.run = lambda p, cfg, combine=None: run(p, WS16, combine)
+    try:
+        used = replay_stamped(case, plan, "_mla_decode_ws16_kernel", kernel, stamps, 14, calls)
+    finally:
+        case.run = run
+    s = stamps[used // 2].cpu().view(workers, NB, PER)
+    ok = (s > 0).all(dim=2).all(dim=1)  # programs that stamped all NB blocks
+    s = s[ok]
+    rel = {name: [_median(s[:, b, k] - s[:, b, 0]) for b in range(NB)] for k, name in enumerate(STAMPS)}
+    mid = slice(2, NB)
+    phases = {
+        "mma_period": _median((s[:, 3:, 8] - s[:, 2:-1, 8]).flatten()),
+        "widen_period": _median((s[:, 3:, 2] - s[:, 2:-1, 2]).flatten()),
+        "load_period": _median((s[:, 3:, 0] - s[:, 2:-1, 0]).flatten()),
+        "mma_wait_block": _median((s[:, mid, 3] - s[:, 1:-1, 8][:, : NB - 2]).flatten()),
+        "mma_wait_w0": _median((s[:, mid, 4] - s[:, mid, 3]).flatten()),
+        "mma_wait_w_rest": _median((s[:, mid, 5] - s[:, mid, 4]).flatten()),
+        "qk_drain": _median((s[:, mid, 6] - s[:, mid, 5]).flatten()),
+        "softmax_p": _median((s[:, mid, 7] - s[:, mid, 6]).flatten()),
+        "pv": _median((s[:, mid, 8] - s[:, mid, 7]).flatten()),
+        "widen_busy": _median((s[:, mid, 2] - s[:, mid, 1]).flatten()),
+        "arrival_after_issue": _median((s[:, mid, 1] - s[:, mid, 0]).flatten()),
+    }
+    return {"case": [case.batch, case.keys], "workers": workers, "programs_stamped": int(ok.sum()),
+            "calls": used, "relative_to_issue_us": rel, "phases_us": phases,
+            "raw_call": stamps[used // 2].cpu().tolist()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", action="append", default=[], help="B,N (16 heads, one token, FP8)")
+    parser.add_argument("--workers", type=int, default=0, help="0: the SM count")
+    parser.add_argument("--calls", type=int, default=12)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    workers = args.workers or torch.cuda.get_device_properties(0).multi_processor_count
+    reports = []
+    for text in args.case or ["64,4096"]:
+        b, n = (int(x) for x in text.split(","))
+        case = Case(b, n, 16, 1, fp8=True)
+        rep = timeline(case, workers, max(args.calls, 3 * len(case.items)))
+        reports.append(rep)
+        print(f"case B{b} N{n} W{workers}: {rep['programs_stamped']} programs stamped {NB} blocks, "
+              f"{rep['calls']} calls")
+        for name, vals in rep["relative_to_issue_us"].items():
+            print(f"  {name:14s} " + " ".join(f"{v:7.2f}" for v in vals))
+        print("  phases (us, medians of blocks 2+): " + ", ".join(f"{k} {v}" for k, v in rep["phases_us"].items()))
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(reports, indent=1))
+
+
+if __name__ == "__main__":
+    main()
