@@ -324,13 +324,14 @@ def decode_ws16(sink: bool = True):
     q = torch.empty(8, 16, 576, dtype=torch.bfloat16)
     blocks = torch.empty(16, 1, 2, 64, 1, 640, dtype=torch.float8_e4m3fn)
     lat2d = td._ws_cache_rows(blocks, 1, torch.float8_e4m3fn)[0]
-    rope2d = lat2d.view(torch.uint8).view(torch.bfloat16)
+    rows32 = lat2d.view(torch.uint8).view(torch.float32)
     q2d = td._ws_q_rows(q)
 
     def desc(x2d, block, dtype):
         return TensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block, dtype))
     descs = {"q_desc": desc(q2d, [16, 128], gl.bfloat16), "qr_desc": desc(q2d, [16, 64], gl.bfloat16),
-             "lat_desc": desc(lat2d, [64, 128], gl.float8e4nv), "rope_desc": desc(rope2d, [64, 64], gl.bfloat16)}
+             "lat_desc": TensorDescriptor.from_tensor(rows32, [64, 128], gl.NVMMASharedLayout(0, 32, 2)),
+             "rope_desc": TensorDescriptor.from_tensor(rows32, [64, 32], gl.NVMMASharedLayout(0, 32, 2))}
     types = {name: mangle_type(d) for name, d in descs.items()}
     types.update(out_ptr="*bf16", lse_ptr="*fp32", offsets_ptr="*i32", cache_lengths_ptr="*i32", lookup_ptr="*i32",
                  schedule_ptr="*i32", sink_ptr="*fp32", part_out_ptr="*fp32", part_lse_ptr="*fp32",

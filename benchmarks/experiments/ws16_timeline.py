@@ -65,8 +65,8 @@ def _patched_source() -> str:
     sub("                   stride_s_s, stride_lt_b, SLOTS)),",
         "                   stride_s_s, stride_lt_b, SLOTS, stamps_ptr)),")
     # loader
-    sub("                    tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 2], bar, rope_s.index(st))\n",
-        "                    tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 2], bar, rope_s.index(st))\n"
+    sub("                    tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))\n",
+        "                    tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))\n"
         "                    _stamp(stamps_ptr, c, 0)\n")
     # widen
     sub("[:, None]\n            mbarrier.wait(k_ready.index(st), (c // SLOTS) & 1)\n",

@@ -12,13 +12,13 @@ shared memory, and the widening runs on warps of its own.
 Work decomposition: program w is worker w of the split-KV schedule (`pagedmla.kernels.mla_decode`), one tile of
 the sequence's up to 16 rows (row = token x H + head), pieces as in `pagedmla.kernels.mla_decode_ws` (64-key
 blocks; pages are multiples of 64 slots). Three partitions:
-- loader (1 warp): per piece, q's rows by TMA (once the previous piece's are read); per block, the e4m3 latent
-  `[64, 512]` and the bf16 rope `[64, 64]` by TMA and the rows' scales by `cp.async`, into a ring of SLOTS
-  slots, all completing one barrier (`k_ready`);
-- widen (WIDEN_WARPS warps): each block's latent, chunk by chunk (128 columns), widened exactly to bf16 into the tile W
-  (`pagedmla.kernels.fp8`'s conversion; value rows of keys outside the piece's range written as zeros: unused
-  cache slots may hold NaN), once the previous block's P @ V is done with that chunk (`w_free`), then
-  `w_ready`;
+- loader (1 warp): per piece, q's rows by TMA (once the previous piece's are read); per block, the rows' 512
+  latent and 128 rope bytes by TMA (two boxes of whole rows) and their scales by `cp.async`, into a ring of
+  SLOTS slots, all completing one barrier (`k_ready`);
+- widen (WIDEN_WARPS warps): each block's latent, chunk by chunk (128 columns), widened exactly to bf16 into the
+  tile W (`pagedmla.kernels.fp8`'s conversion; value rows of keys outside the piece's range written as zeros:
+  unused cache slots may hold NaN), and its rope into a bf16 tile with chunk 0, once the previous block's
+  P @ V is done with that chunk (`w_free`), then `w_ready`;
 - MMA (the default 4 warps): S^T `[64, 16]` = W q_lat^T (scaled by each key's scale) + rope q_rope^T, the
   online softmax down the keys, P^T (times the keys' scales, since W holds the unscaled latent) into shared
   memory, and O^T `[512, 16]` += W^T P^T in four 128-column chunks, each released to the widen warps as it
@@ -64,6 +64,12 @@ def _widen_layout(warps):
 
 
 @gluon.constexpr_function
+def _raw_layout(bits):
+    """A ring slot's tiles as they arrive: unswizzled, row after row (`bits`: the element width viewed)."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=bits, rank=2)
+
+
+@gluon.constexpr_function
 def _bf16_tile():
     return gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
 
@@ -92,12 +98,12 @@ def _table_entries(lookup_row, k_lo, hi, page_size, first, n_blocks):
 
 
 @gluon.jit
-def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, lat_s, rope_s, sc_s, q_ready, q_empty, k_ready,
+def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
             k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch, num_heads,
             mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b, stride_s_s, stride_lt_b,
             SLOTS: gl.constexpr):
-    """The copies: q's rows per piece, each block's latent, rope and scales into ring slot c % SLOTS once the
-    MMA and widen warps have released it (`k_empty`, two arrivals)."""
+    """The copies: q's rows per piece, each block's rows (two TMA copies: 64 x 512 latent bytes and 64 x 128
+    rope bytes) and scales into ring slot c % SLOTS once the MMA and widen warps have released it (`k_empty`, two arrivals)."""
     sc_layout: gl.constexpr = gl.BlockedLayout([2], [32], [1], [0])
     wait_for_prior_grid(w)
     first_seq, last_seq = _span(schedule_ptr, w, batch)
@@ -138,23 +144,23 @@ def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, lat_s, rope_s, sc_s
                     async_copy.async_copy_global_to_shared(sc_s.index(st), s_ptr, mask=(keys >= lo) & (keys < hi))
                     async_copy.mbarrier_arrive(k_ready.index(st))
                     bar = k_ready.index(st)
-                    mbarrier.expect(bar, N_CHUNKS * lat_desc.block_type.nbytes + rope_desc.block_type.nbytes)
+                    mbarrier.expect(bar, lat_desc.block_type.nbytes + rope_desc.block_type.nbytes)
                     row = page * page_rows + layer_row0 + k0 % page_size
-                    for ch in gl.static_range(N_CHUNKS):
-                        tma.async_copy_global_to_shared(lat_desc, [row, CHUNK * ch], bar,
-                                                        lat_s.index(st * N_CHUNKS + ch))
-                    # the rope columns are bf16 values at bytes 512 to 639 of the row: columns 256 to 319 of its
-                    # bf16 view
-                    tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 2], bar, rope_s.index(st))
+                    # whole rows' bytes in two boxes (the rows as float32 values, copied as they are): copies of
+                    # 128-byte column strips (a box per strip) ran at 1.6 TB/s, with 5.7 us from a block's copy
+                    # to its arrival (benchmarks/experiments/ws16_timeline.py)
+                    tma.async_copy_global_to_shared(lat_desc, [row, 0], bar, raw_s.index(st))
+                    tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))
                     c += 1
 
 
 @gluon.jit
-def _widener(lat_s, w_s, k_ready, k_empty, w_ready, w_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, w, batch,
+def _widener(raw_s, rr_s, w_s, wr_s, k_ready, k_empty, w_ready, w_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, w, batch,
              num_heads, mask_code, window, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr):
-    """Each block's e4m3 latent into the bf16 tile W, chunk by chunk; value rows outside the piece's keys
-    [lo, hi) (edge blocks only) as zeros."""
+    """Each block's e4m3 latent into the bf16 tile W, chunk by chunk, and its rope columns into the tile `wr_s`
+    (with chunk 0); value rows outside the piece's keys [lo, hi) (edge blocks only) as zeros."""
     layout: gl.constexpr = _widen_layout(WIDEN_WARPS)
+    rope_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WIDEN_WARPS, 1], [1, 0])
     wait_for_prior_grid(w)
     first_seq, last_seq = _span(schedule_ptr, w, batch)
     c = 0
@@ -169,15 +175,21 @@ def _widener(lat_s, w_s, k_ready, k_empty, w_ready, w_free, schedule_ptr, offset
             j = k0 + gl.arange(0, BLOCK_N, gl.SliceLayout(1, layout))
             keep = ((j >= lo) & (j < hi))[:, None]
             mbarrier.wait(k_ready.index(st), (c // SLOTS) & 1)
+            # the slot's latent as bytes (512 e4m3 values per row) and its rope as 64 bf16 values per row
+            rows8 = raw_s.index(st)._reinterpret(gl.uint8, [BLOCK_N, D_LAT], _raw_layout(8))
+            rope16 = rr_s.index(st)._reinterpret(gl.bfloat16, [BLOCK_N, D_ROPE], _raw_layout(16))
             for ch in gl.static_range(N_CHUNKS):
-                x = lat_s.index(st * N_CHUNKS + ch).load(layout)
-                y = gl.inline_asm_elementwise(E4M3X4_TO_BF16_ASM, "=r,=r,r", [x.to(gl.uint8, bitcast=True)],
-                                              dtype=gl.bfloat16, is_pure=False, pack=4)
+                x = rows8.slice(CHUNK * ch, CHUNK, dim=1).load(layout)
+                y = gl.inline_asm_elementwise(E4M3X4_TO_BF16_ASM, "=r,=r,r", [x], dtype=gl.bfloat16,
+                                              is_pure=False, pack=4)
                 if edge:
                     y = gl.where(keep, y, gl.zeros_like(y))
                 # the previous block's P @ V is done with this chunk of W
                 mbarrier.wait(w_free.index(ch), (c & 1) ^ 1)
                 w_s.index(ch).store(y)
+                if ch == 0:
+                    # the rope tile is free too: the previous block's logits were done before its P @ V
+                    wr_s.store(rope16.load(rope_layout))
                 fence_async_shared()  # the MMAs read W through the async proxy
                 gl.thread_barrier()  # every thread's part of the chunk is written
                 mbarrier.arrive(w_ready.index(ch))
@@ -186,7 +198,7 @@ def _widener(lat_s, w_s, k_ready, k_empty, w_ready, w_free, schedule_ptr, offset
 
 
 @gluon.jit
-def _mma_warps(q_s, qr_s, rope_s, sc_s, w_s, p_s, q_ready, q_empty, k_ready, k_empty, w_ready, w_free,
+def _mma_warps(q_s, qr_s, wr_s, sc_s, w_s, p_s, q_ready, q_empty, k_ready, k_empty, w_ready, w_free,
                schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr,
                part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h,
                stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, SLOTS: gl.constexpr,
@@ -218,10 +230,9 @@ def _mma_warps(q_s, qr_s, rope_s, sc_s, w_s, p_s, q_ready, q_empty, k_ready, k_e
                     # q's chunks through an opaque 0 (see `gluon_common.opaque_zero`)
                     dyn = opaque_zero(c)
                     mbarrier.wait(k_ready.index(st), (c // SLOTS) & 1)
-                    s_rope = warpgroup_mma(rope_s.index(st), qr_s.permute((1, 0)),
-                                           gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False,
-                                           is_async=True)
                     mbarrier.wait(w_ready.index(0), ph)
+                    s_rope = warpgroup_mma(wr_s, qr_s.permute((1, 0)), gl.zeros([BLOCK_N, ROWS], gl.float32, layout),
+                                           use_acc=False, is_async=True)
                     s_lat = warpgroup_mma(w_s.index(0), q_s.index(dyn).permute((1, 0)),
                                           gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False,
                                           is_async=True)
@@ -231,7 +242,7 @@ def _mma_warps(q_s, qr_s, rope_s, sc_s, w_s, p_s, q_ready, q_empty, k_ready, k_e
                                               is_async=True)
                     s_rope, s_lat = warpgroup_mma_wait(num_outstanding=0, deps=(s_rope, s_lat))
                     sc = sc_s.index(st).load(key_l)
-                    mbarrier.arrive(k_empty.index(st))  # its rope and scales are read
+                    mbarrier.arrive(k_empty.index(st))  # its scales are read
                     # W holds the unscaled latent: the key's scale multiplies its latent logits
                     s = (s_lat * sc[:, None] + s_rope) * qk_scale
                     if (k0 < lo_max) | (k0 + BLOCK_N > hi_min):
@@ -325,15 +336,17 @@ def _mla_decode_ws16_kernel(
     HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr, WIDEN_REGS: gl.constexpr,
     LOADER_REGS: gl.constexpr,
 ):
-    """Program w: worker w's span of the schedule. The cache is read through `lat_desc` (the e4m3 rows as a
-    2-D view `[rows, 640]`, in which page p's slot s of this layer is row `p * page_rows + layer_row0 + s`) and
-    `rope_desc` (their bf16 view `[rows, 320]`); the row's scale is at `scales_ptr + page * stride_s_b +
+    """Program w: worker w's span of the schedule. The cache is read through `lat_desc` and `rope_desc`, its
+    640-byte rows as a 2-D float32 view `[rows, 160]` (bits copied as they are: columns 0-127 the e4m3 latent,
+    128-159 the bf16 rope), in which page p's slot s of this layer is row `p * page_rows + layer_row0 + s`; the
+    row's scale is at `scales_ptr + page * stride_s_b +
     s_layer_off + slot * stride_s_s`. q is read through `q_desc` / `qr_desc` (`[T * H, 576]`)."""
     w = gl.program_id(0)
     q_s = gl.allocate_shared_memory(gl.bfloat16, [N_CHUNKS, ROWS, CHUNK], q_desc.layout)
     qr_s = gl.allocate_shared_memory(gl.bfloat16, [ROWS, D_ROPE], qr_desc.layout)
-    lat_s = gl.allocate_shared_memory(gl.float8e4nv, [SLOTS * N_CHUNKS, BLOCK_N, CHUNK], lat_desc.layout)
-    rope_s = gl.allocate_shared_memory(gl.bfloat16, [SLOTS, BLOCK_N, D_ROPE], rope_desc.layout)
+    raw_s = gl.allocate_shared_memory(gl.float32, [SLOTS, BLOCK_N, D_LAT // 4], lat_desc.layout)
+    rr_s = gl.allocate_shared_memory(gl.float32, [SLOTS, BLOCK_N, D_ROPE // 2], rope_desc.layout)
+    wr_s = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_N, D_ROPE], _bf16_tile())
     sc_s = gl.allocate_shared_memory(gl.float32, [SLOTS, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     w_s = gl.allocate_shared_memory(gl.bfloat16, [N_CHUNKS, BLOCK_N, CHUNK], _bf16_tile())
     p_s = gl.allocate_shared_memory(gl.bfloat16, [ROWS, BLOCK_N], _bf16_tile())
@@ -355,13 +368,13 @@ def _mla_decode_ws16_kernel(
     fence_async_shared()
 
     gl.warp_specialize([
-        (_mma_warps, (q_s, qr_s, rope_s, sc_s, w_s, p_s, q_ready, q_empty, k_ready, k_empty, w_ready, w_free,
+        (_mma_warps, (q_s, qr_s, wr_s, sc_s, w_s, p_s, q_ready, q_empty, k_ready, k_empty, w_ready, w_free,
                       schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr,
                       part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h,
                       stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, SLOTS, HAS_SINK)),
-        (_widener, (lat_s, w_s, k_ready, k_empty, w_ready, w_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, w,
+        (_widener, (raw_s, rr_s, w_s, wr_s, k_ready, k_empty, w_ready, w_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, w,
                     batch, num_heads, mask_code, window, SLOTS, WIDEN_WARPS)),
-        (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, lat_s, rope_s, sc_s, q_ready, q_empty, k_ready,
+        (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
                    k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch,
                    num_heads, mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b,
                    stride_s_s, stride_lt_b, SLOTS)),

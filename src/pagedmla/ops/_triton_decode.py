@@ -347,15 +347,18 @@ def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
     batch = cache_lengths.shape[0]
     num_workers = schedule.shape[0] - 1 - batch
     lat2d, page_rows, layer_row0 = _ws_cache_rows(blocks, layer_idx, torch.float8_e4m3fn)
-    # the rope columns: bf16 values at bytes 512 to 639 of each row (columns 256 to 319 of the bf16 view)
-    rope2d = lat2d.view(torch.uint8).view(torch.bfloat16)
+    # the 640-byte rows as float32 values (bits copied as they are): boxes of the 128 latent and the 32 rope
+    # columns of 64 rows
+    rows32 = lat2d.view(torch.uint8).view(torch.float32)
     q2d = _ws_q_rows(q)
 
     def desc(x2d, block, dtype):
         return GluonTensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block, dtype))
     _mla_decode_ws16_kernel[(num_workers,)](
-        desc(q2d, [16, 128], gl.bfloat16), desc(q2d, [16, 64], gl.bfloat16), desc(lat2d, [64, 128], gl.float8e4nv),
-        desc(rope2d, [64, 64], gl.bfloat16), out, lse, input_row_offsets, cache_lengths, lookup_table, schedule,
+        desc(q2d, [16, 128], gl.bfloat16), desc(q2d, [16, 64], gl.bfloat16),
+        GluonTensorDescriptor.from_tensor(rows32, [64, 128], gl.NVMMASharedLayout(0, 32, 2)),
+        GluonTensorDescriptor.from_tensor(rows32, [64, 32], gl.NVMMASharedLayout(0, 32, 2)), out, lse,
+        input_row_offsets, cache_lengths, lookup_table, schedule,
         sink, part_out, part_lse, scales,
         batch, q.shape[1], mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows, layer_row0,
         layer_idx * scales.stride(2), lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0),
