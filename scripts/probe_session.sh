@@ -10,9 +10,9 @@ PYTHONPATH=src timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rf t
   -k "ws16" -x > "$OUT/gpu-tests-$COMMIT.txt" 2>&1
 rc=$?
 echo "tests rc $rc"; tail -1 "$OUT/gpu-tests-$COMMIT.txt"; grep -E "^FAILED|^E  " "$OUT/gpu-tests-$COMMIT.txt" | head -20
-PYTHONPATH=src timeout 120 python3 benchmarks/experiments/ws16_timeline.py --case 64,4096 --case 128,4096 \
+PYTHONPATH=src timeout 120 python3 benchmarks/experiments/ws16_timeline.py --case 64,4096 \
   --json "$OUT/ws16-timeline-$COMMIT.json" > "$OUT/ws16-timeline-$COMMIT.txt" 2>&1
-echo "timeline rc $?"; cat "$OUT/ws16-timeline-$COMMIT.txt" | cut -c1-200
+echo "timeline rc $?"; grep -v "^  w[0-3]_" "$OUT/ws16-timeline-$COMMIT.txt" | tr "," "\n" | head -80
 PYTHONPATH=src:benchmarks timeout 200 python3 benchmarks/experiments/ws16_variants.py --case 64,4096 --case 128,4096 \
   --variant widen_warps=4 --variant widen_warps=8 > "$OUT/ws16-variants-$COMMIT.txt" 2>&1
 echo "variants rc $?"

@@ -28,7 +28,7 @@ from stamped_kernels import SourcePatch, load_patched, replay_stamped
 
 NB = 8  # blocks stamped per program
 STAMPS = ["load_issued", "widen_arrived", "widen_done", "mma_arrived", "w0_ready", "qk_issued", "qk_done",
-          "p_stored", "pv_done"]
+          "p_stored", "pv_done"] + [f"w{ch}_{what}" for ch in range(4) for what in ("converted", "stored", "signalled")]
 PER = len(STAMPS)
 WIDTH = NB * PER
 
@@ -74,6 +74,13 @@ def _patched_source() -> str:
         "            _stamp(stamps_ptr, c, 1)\n")
     sub("            mbarrier.arrive(k_empty.index(st))\n            c += 1\n",
         "            _stamp(stamps_ptr, c, 2)\n            mbarrier.arrive(k_empty.index(st))\n            c += 1\n")
+    # widen, per chunk
+    sub("                mbarrier.wait(w_free.index(ch), (c & 1) ^ 1)\n",
+        "                _stamp(stamps_ptr, c, 9 + 3 * ch)\n                mbarrier.wait(w_free.index(ch), (c & 1) ^ 1)\n")
+    sub("                fence_async_shared()  # the MMAs read W",
+        "                _stamp(stamps_ptr, c, 10 + 3 * ch)\n                fence_async_shared()  # the MMAs read W")
+    sub("                mbarrier.arrive(w_ready.index(ch))\n",
+        "                _stamp(stamps_ptr, c, 11 + 3 * ch)\n                mbarrier.arrive(w_ready.index(ch))\n")
     # MMA
     sub("                    mbarrier.wait(k_ready.index(st), (c // SLOTS) & 1)\n",
         "                    mbarrier.wait(k_ready.index(st), (c // SLOTS) & 1)\n"
@@ -124,6 +131,12 @@ def timeline(case: Case, workers: int, calls: int) -> dict:
         "widen_busy": _median((s[:, mid, 2] - s[:, mid, 1]).flatten()),
         "arrival_after_issue": _median((s[:, mid, 1] - s[:, mid, 0]).flatten()),
     }
+    for ch in range(4):
+        base = 9 + 3 * ch
+        start = s[:, mid, 1] if ch == 0 else s[:, mid, base - 1]
+        phases[f"w{ch}_convert"] = _median((s[:, mid, base] - start).flatten())
+        phases[f"w{ch}_wait_store"] = _median((s[:, mid, base + 1] - s[:, mid, base]).flatten())
+        phases[f"w{ch}_fence_barrier"] = _median((s[:, mid, base + 2] - s[:, mid, base + 1]).flatten())
     return {"case": [case.batch, case.keys], "workers": workers, "programs_stamped": int(ok.sum()),
             "calls": used, "relative_to_issue_us": rel, "phases_us": phases,
             "raw_call": stamps[used // 2].cpu().tolist()}

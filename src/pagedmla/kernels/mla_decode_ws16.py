@@ -64,9 +64,10 @@ def _widen_layout(warps):
 
 
 @gluon.constexpr_function
-def _raw_layout(bits):
-    """A ring slot's tiles as they arrive: unswizzled, row after row (`bits`: the element width viewed)."""
-    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=bits, rank=2)
+def _raw_layout():
+    """A ring slot's tiles as the TMA copies (no swizzle) leave them: row after row. Read through an
+    unswizzled NVMMA layout instead, the tiles came out scrambled (wrong answers)."""
+    return gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
 
 
 @gluon.constexpr_function
@@ -176,8 +177,8 @@ def _widener(raw_s, rr_s, w_s, wr_s, k_ready, k_empty, w_ready, w_free, schedule
             keep = ((j >= lo) & (j < hi))[:, None]
             mbarrier.wait(k_ready.index(st), (c // SLOTS) & 1)
             # the slot's latent as bytes (512 e4m3 values per row) and its rope as 64 bf16 values per row
-            rows8 = raw_s.index(st)._reinterpret(gl.uint8, [BLOCK_N, D_LAT], _raw_layout(8))
-            rope16 = rr_s.index(st)._reinterpret(gl.bfloat16, [BLOCK_N, D_ROPE], _raw_layout(16))
+            rows8 = raw_s.index(st)._reinterpret(gl.uint8, [BLOCK_N, D_LAT], _raw_layout())
+            rope16 = rr_s.index(st)._reinterpret(gl.bfloat16, [BLOCK_N, D_ROPE], _raw_layout())
             for ch in gl.static_range(N_CHUNKS):
                 x = rows8.slice(CHUNK * ch, CHUNK, dim=1).load(layout)
                 y = gl.inline_asm_elementwise(E4M3X4_TO_BF16_ASM, "=r,=r,r", [x], dtype=gl.bfloat16,
