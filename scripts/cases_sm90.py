@@ -337,7 +337,7 @@ def decode_ws16(sink: bool = True):
                  schedule_ptr="*i32", sink_ptr="*fp32", part_out_ptr="*fp32", part_lse_ptr="*fp32",
                  scales_ptr="*fp32")
     const = dict(HAS_SINK=sink, SLOTS=td.WS16_SLOTS, WIDEN_WARPS=td.WS16_WIDEN_WARPS, WIDEN_REGS=td.WS16_WIDEN_REGS,
-                 LOADER_REGS=td.WS16_LOADER_REGS)
+                 LOADER_REGS=td.WS16_LOADER_REGS, WIDEN_MODE=td.WS16_WIDEN_MODE)
     return _mla_decode_ws16_kernel, types, const, 4, 1
 
 

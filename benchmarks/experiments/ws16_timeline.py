@@ -147,8 +147,14 @@ def main() -> None:
     parser.add_argument("--case", action="append", default=[], help="B,N (16 heads, one token, FP8)")
     parser.add_argument("--workers", type=int, default=0, help="0: the SM count")
     parser.add_argument("--calls", type=int, default=12)
+    parser.add_argument("--set", action="append", default=[],
+                        help="NAME=VALUE: set the launcher's constant WS16_<NAME> (e.g. WIDEN_MODE=1)")
     parser.add_argument("--json")
     args = parser.parse_args()
+    from pagedmla.ops import _triton_decode
+    for item in args.set:
+        name, value = item.split("=")
+        setattr(_triton_decode, f"WS16_{name.upper()}", int(value))
     workers = args.workers or torch.cuda.get_device_properties(0).multi_processor_count
     reports = []
     for text in args.case or ["64,4096"]:

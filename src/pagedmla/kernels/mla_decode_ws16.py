@@ -157,7 +157,8 @@ def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, 
 
 @gluon.jit
 def _widener(raw_s, rr_s, w_s, wr_s, k_ready, k_empty, w_ready, w_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, w, batch,
-             num_heads, mask_code, window, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr):
+             num_heads, mask_code, window, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr,
+             WIDEN_MODE: gl.constexpr):
     """Each block's e4m3 latent into the bf16 tile W, chunk by chunk, and its rope columns into the tile `wr_s`
     (with chunk 0); value rows outside the piece's keys [lo, hi) (edge blocks only) as zeros."""
     layout: gl.constexpr = _widen_layout(WIDEN_WARPS)
@@ -181,8 +182,13 @@ def _widener(raw_s, rr_s, w_s, wr_s, k_ready, k_empty, w_ready, w_free, schedule
             rope16 = rr_s.index(st)._reinterpret(gl.bfloat16, [BLOCK_N, D_ROPE], _raw_layout())
             for ch in gl.static_range(N_CHUNKS):
                 x = rows8.slice(CHUNK * ch, CHUNK, dim=1).load(layout)
-                y = gl.inline_asm_elementwise(E4M3X4_TO_BF16_ASM, "=r,=r,r", [x], dtype=gl.bfloat16,
-                                              is_pure=False, pack=4)
+                if WIDEN_MODE == 0:
+                    y = gl.inline_asm_elementwise(E4M3X4_TO_BF16_ASM, "=r,=r,r", [x], dtype=gl.bfloat16,
+                                                  is_pure=False, pack=4)
+                elif WIDEN_MODE == 1:  # timing probe only: the native e4m3 -> f16 conversion's bits (wrong values)
+                    y = x.to(gl.float8e4nv, bitcast=True).to(gl.float16).to(gl.bfloat16, bitcast=True)
+                else:  # timing probe only: a shift per value (wrong values)
+                    y = (x.to(gl.int16) << 4).to(gl.bfloat16, bitcast=True)
                 if edge:
                     y = gl.where(keep, y, gl.zeros_like(y))
                 # the previous block's P @ V is done with this chunk of W
@@ -335,7 +341,7 @@ def _mla_decode_ws16_kernel(
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
     stride_s_b, stride_s_s,
     HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr, WIDEN_REGS: gl.constexpr,
-    LOADER_REGS: gl.constexpr,
+    LOADER_REGS: gl.constexpr, WIDEN_MODE: gl.constexpr,
 ):
     """Program w: worker w's span of the schedule. The cache is read through `lat_desc` and `rope_desc`, its
     640-byte rows as a 2-D float32 view `[rows, 160]` (bits copied as they are: columns 0-127 the e4m3 latent,
@@ -374,7 +380,7 @@ def _mla_decode_ws16_kernel(
                       part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h,
                       stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, SLOTS, HAS_SINK)),
         (_widener, (raw_s, rr_s, w_s, wr_s, k_ready, k_empty, w_ready, w_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, w,
-                    batch, num_heads, mask_code, window, SLOTS, WIDEN_WARPS)),
+                    batch, num_heads, mask_code, window, SLOTS, WIDEN_WARPS, WIDEN_MODE)),
         (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
                    k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch,
                    num_heads, mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b,

@@ -339,6 +339,7 @@ WS16_SLOTS = 3
 WS16_WIDEN_WARPS = 4
 WS16_WIDEN_REGS = 96
 WS16_LOADER_REGS = 48
+WS16_WIDEN_MODE = 0  # timing probes only (benchmarks/experiments/ws16_variants.py): 1, 2 compute wrong values
 
 
 def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
@@ -365,7 +366,7 @@ def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         lse.stride(1), part_out.stride(0), part_out.stride(1), part_lse.stride(0), scales.stride(0),
         scales.stride(3),
         HAS_SINK=sink is not lse, SLOTS=WS16_SLOTS, WIDEN_WARPS=WS16_WIDEN_WARPS, WIDEN_REGS=WS16_WIDEN_REGS,
-        LOADER_REGS=WS16_LOADER_REGS,
+        LOADER_REGS=WS16_LOADER_REGS, WIDEN_MODE=WS16_WIDEN_MODE,
         num_warps=4, **pdl_kwargs(pdl))
 
 
