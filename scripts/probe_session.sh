@@ -6,18 +6,13 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-for mode in 0 1 2; do
+for mode in 0 1; do
   for warps in 4 8; do
     echo "== widen_mode $mode widen_warps $warps"
     PYTHONPATH=src timeout 100 python3 benchmarks/experiments/ws16_timeline.py --case 64,4096 --set WIDEN_MODE=$mode \
       --set WIDEN_WARPS=$warps > "$OUT/t.txt" 2>&1
-    echo "rc $?"; grep "phases" "$OUT/t.txt" | tr "," "\n" | grep -E "period|convert|widen_busy" | tr "\n" " "; echo
+    echo "rc $?"; grep "phases" "$OUT/t.txt" | tr "," "\n" | tr "\n" " "; echo
     cat "$OUT/t.txt" >> "$OUT/ws16-timeline-modes-$COMMIT.txt"
   done
 done
 rm -f "$OUT/t.txt"
-PYTHONPATH=src:benchmarks timeout 200 python3 benchmarks/experiments/ws16_variants.py --case 64,4096 \
-  --variant widen_mode=0 --variant widen_mode=1 --variant widen_mode=2 --variant widen_mode=1,widen_warps=8 \
-  --variant widen_mode=2,widen_warps=8 > "$OUT/ws16-variants-$COMMIT.txt" 2>&1
-echo "variants rc $?"
-cat "$OUT/ws16-variants-$COMMIT.txt" | cut -c1-150

@@ -55,13 +55,12 @@ def _patched_source() -> str:
     sub("    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr,\n",
         "    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr, stamps_ptr,\n")
     sub("            SLOTS: gl.constexpr):\n", "            SLOTS: gl.constexpr, stamps_ptr):\n")
-    sub("             num_heads, mask_code, window, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr):\n",
-        "             num_heads, mask_code, window, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr, stamps_ptr):\n")
+    sub("             WIDEN_MODE: gl.constexpr):\n", "             WIDEN_MODE: gl.constexpr, stamps_ptr):\n")
     sub("               HAS_SINK: gl.constexpr):\n", "               HAS_SINK: gl.constexpr, stamps_ptr):\n")
     sub("stride_po_s, stride_po_r, stride_pl_s, SLOTS, HAS_SINK)),",
         "stride_po_s, stride_po_r, stride_pl_s, SLOTS, HAS_SINK, stamps_ptr)),")
-    sub("batch, num_heads, mask_code, window, SLOTS, WIDEN_WARPS)),",
-        "batch, num_heads, mask_code, window, SLOTS, WIDEN_WARPS, stamps_ptr)),")
+    sub("batch, num_heads, mask_code, window, SLOTS, WIDEN_WARPS, WIDEN_MODE)),",
+        "batch, num_heads, mask_code, window, SLOTS, WIDEN_WARPS, WIDEN_MODE, stamps_ptr)),")
     sub("                   stride_s_s, stride_lt_b, SLOTS)),",
         "                   stride_s_s, stride_lt_b, SLOTS, stamps_ptr)),")
     # loader
