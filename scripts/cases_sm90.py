@@ -330,14 +330,14 @@ def decode_ws16(sink: bool = True):
     def desc(x2d, block, dtype):
         return TensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block, dtype))
     descs = {"q_desc": desc(q2d, [16, 128], gl.bfloat16), "qr_desc": desc(q2d, [16, 64], gl.bfloat16),
-             "lat_desc": TensorDescriptor.from_tensor(rows32, [64, 128], gl.NVMMASharedLayout(0, 32, 2)),
-             "rope_desc": TensorDescriptor.from_tensor(rows32, [64, 32], gl.NVMMASharedLayout(0, 32, 2))}
+             "lat_desc": TensorDescriptor.from_tensor(rows32, [32, 128], gl.NVMMASharedLayout(0, 32, 2)),
+             "rope_desc": TensorDescriptor.from_tensor(rows32, [32, 32], gl.NVMMASharedLayout(0, 32, 2))}
     types = {name: mangle_type(d) for name, d in descs.items()}
     types.update(out_ptr="*bf16", lse_ptr="*fp32", offsets_ptr="*i32", cache_lengths_ptr="*i32", lookup_ptr="*i32",
                  schedule_ptr="*i32", sink_ptr="*fp32", part_out_ptr="*fp32", part_lse_ptr="*fp32",
                  scales_ptr="*fp32")
     const = dict(HAS_SINK=sink, SLOTS=td.WS16_SLOTS, WIDEN_WARPS=td.WS16_WIDEN_WARPS, WIDEN_REGS=td.WS16_WIDEN_REGS,
-                 LOADER_REGS=td.WS16_LOADER_REGS, WIDEN_MODE=td.WS16_WIDEN_MODE)
+                 LOADER_REGS=td.WS16_LOADER_REGS)
     return _mla_decode_ws16_kernel, types, const, 4, 1
 
 

@@ -5,11 +5,10 @@ time goes, per partition, inside a CUDA graph of back-to-back calls.
 
 Like `ws_timeline.py`: a copy of the kernel module with `%globaltimer` stamps patched into its source is swapped
 into the launcher. Each program stamps its first NB key blocks (over its pieces): the loader when it has issued
-the block's copies; the widen warps when the block has arrived and when its four chunks are widened; the MMA
-warps when the block has arrived, when W's chunk 0 and then all four chunks are ready (the logits' MMAs all
-issued), when the logits are done, when P is in shared memory and when P @ V is done. Printed for a middle call:
-medians over programs of each stamp relative to the block's loader stamp, and of the per-block periods and
-phases of blocks 2 to NB - 1. Not a harness: times are only what the stamps see (16 heads, one token, FP8).
+the block's copies (its second half's); the widen warps when the block's W buffer is free, when the block (its
+second half) has arrived and when it is widened; the MMA warps when the widened block is ready, when its logits
+are done, when P is in shared memory and when P @ V is done. Printed for a middle call: medians over programs
+of each stamp relative to the block's loader stamp, and of the per-block periods and phases of blocks 2 to NB - 1. Not a harness: times are only what the stamps see (16 heads, one token, FP8).
 """
 
 from __future__ import annotations
@@ -27,8 +26,8 @@ from decode_probe import Case
 from stamped_kernels import SourcePatch, load_patched, replay_stamped
 
 NB = 8  # blocks stamped per program
-STAMPS = ["load_issued", "widen_arrived", "widen_done", "mma_arrived", "w0_ready", "qk_issued", "qk_done",
-          "p_stored", "pv_done"] + [f"w{ch}_{what}" for ch in range(4) for what in ("converted", "stored", "signalled")]
+STAMPS = ["load_issued", "widen_free", "widen_arrived", "widen_done", "mma_ready", "qk_done", "p_stored",
+          "pv_done"]
 PER = len(STAMPS)
 WIDTH = NB * PER
 
@@ -55,45 +54,34 @@ def _patched_source() -> str:
     sub("    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr,\n",
         "    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr, stamps_ptr,\n")
     sub("            SLOTS: gl.constexpr):\n", "            SLOTS: gl.constexpr, stamps_ptr):\n")
-    sub("             WIDEN_MODE: gl.constexpr):\n", "             WIDEN_MODE: gl.constexpr, stamps_ptr):\n")
-    sub("               HAS_SINK: gl.constexpr):\n", "               HAS_SINK: gl.constexpr, stamps_ptr):\n")
-    sub("stride_po_s, stride_po_r, stride_pl_s, SLOTS, HAS_SINK)),",
-        "stride_po_s, stride_po_r, stride_pl_s, SLOTS, HAS_SINK, stamps_ptr)),")
-    sub("batch, num_heads, mask_code, window, SLOTS, WIDEN_WARPS, WIDEN_MODE)),",
-        "batch, num_heads, mask_code, window, SLOTS, WIDEN_WARPS, WIDEN_MODE, stamps_ptr)),")
+    sub("             WIDEN_WARPS: gl.constexpr):\n", "             WIDEN_WARPS: gl.constexpr, stamps_ptr):\n")
+    sub("               stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr):\n",
+        "               stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr, stamps_ptr):\n")
+    sub("stride_po_s, stride_po_r, stride_pl_s, HAS_SINK)),", "stride_po_s, stride_po_r, stride_pl_s, HAS_SINK, stamps_ptr)),")
+    sub("mask_code, window, SLOTS, WIDEN_WARPS)),", "mask_code, window, SLOTS, WIDEN_WARPS, stamps_ptr)),")
     sub("                   stride_s_s, stride_lt_b, SLOTS)),",
         "                   stride_s_s, stride_lt_b, SLOTS, stamps_ptr)),")
-    # loader
-    sub("                    tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))\n",
-        "                    tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))\n"
-        "                    _stamp(stamps_ptr, c, 0)\n")
+    # loader (the block's second half overwrites the first's stamp)
+    sub("                        tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))\n",
+        "                        tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))\n"
+        "                        _stamp(stamps_ptr, c, 0)\n")
     # widen
-    sub("[:, None]\n            mbarrier.wait(k_ready.index(st), (c // SLOTS) & 1)\n",
-        "[:, None]\n            mbarrier.wait(k_ready.index(st), (c // SLOTS) & 1)\n"
-        "            _stamp(stamps_ptr, c, 1)\n")
-    sub("            mbarrier.arrive(k_empty.index(st))\n            c += 1\n",
-        "            _stamp(stamps_ptr, c, 2)\n            mbarrier.arrive(k_empty.index(st))\n            c += 1\n")
-    # widen, per chunk
-    sub("                mbarrier.wait(w_free.index(ch), (c & 1) ^ 1)\n",
-        "                _stamp(stamps_ptr, c, 9 + 3 * ch)\n                mbarrier.wait(w_free.index(ch), (c & 1) ^ 1)\n")
-    sub("                fence_async_shared()  # the MMAs read W",
-        "                _stamp(stamps_ptr, c, 10 + 3 * ch)\n                fence_async_shared()  # the MMAs read W")
-    sub("                mbarrier.arrive(w_ready.index(ch))\n",
-        "                _stamp(stamps_ptr, c, 11 + 3 * ch)\n                mbarrier.arrive(w_ready.index(ch))\n")
+    sub("            mbarrier.wait(w_free.index(buf), ((c // 2) & 1) ^ 1)\n",
+        "            mbarrier.wait(w_free.index(buf), ((c // 2) & 1) ^ 1)\n            _stamp(stamps_ptr, c, 1)\n")
+    sub("                mbarrier.wait(k_ready.index(st), (n // SLOTS) & 1)\n",
+        "                mbarrier.wait(k_ready.index(st), (n // SLOTS) & 1)\n                _stamp(stamps_ptr, c, 2)\n")
+    sub("            mbarrier.arrive(w_ready.index(buf))\n",
+        "            _stamp(stamps_ptr, c, 3)\n            mbarrier.arrive(w_ready.index(buf))\n")
     # MMA
-    sub("                    mbarrier.wait(k_ready.index(st), (c // SLOTS) & 1)\n",
-        "                    mbarrier.wait(k_ready.index(st), (c // SLOTS) & 1)\n"
-        "                    _stamp(stamps_ptr, c, 3)\n")
-    sub("                    mbarrier.wait(w_ready.index(0), ph)\n",
-        "                    mbarrier.wait(w_ready.index(0), ph)\n                    _stamp(stamps_ptr, c, 4)\n")
-    sub("                    s_rope, s_lat = warpgroup_mma_wait(",
-        "                    _stamp(stamps_ptr, c, 5)\n                    s_rope, s_lat = warpgroup_mma_wait(")
-    sub("                    sc = sc_s.index(st).load(key_l)\n",
-        "                    _stamp(stamps_ptr, c, 6)\n                    sc = sc_s.index(st).load(key_l)\n")
+    sub("                    mbarrier.wait(w_ready.index(buf), (c // 2) & 1)\n",
+        "                    mbarrier.wait(w_ready.index(buf), (c // 2) & 1)\n                    _stamp(stamps_ptr, c, 4)\n")
+    sub("                    s_rope, s_lat = warpgroup_mma_wait(num_outstanding=0, deps=(s_rope, s_lat))\n",
+        "                    s_rope, s_lat = warpgroup_mma_wait(num_outstanding=0, deps=(s_rope, s_lat))\n"
+        "                    _stamp(stamps_ptr, c, 5)\n")
     sub("                    pt = p_s.permute((1, 0))\n",
-        "                    _stamp(stamps_ptr, c, 7)\n                    pt = p_s.permute((1, 0))\n")
-    sub("                    mbarrier.arrive(w_free.index(3))\n",
-        "                    mbarrier.arrive(w_free.index(3))\n                    _stamp(stamps_ptr, c, 8)\n")
+        "                    _stamp(stamps_ptr, c, 6)\n                    pt = p_s.permute((1, 0))\n")
+    sub("                    mbarrier.arrive(w_free.index(buf))\n",
+        "                    mbarrier.arrive(w_free.index(buf))\n                    _stamp(stamps_ptr, c, 7)\n")
     return patch.src
 
 
@@ -117,25 +105,20 @@ def timeline(case: Case, workers: int, calls: int) -> dict:
     s = s[ok]
     rel = {name: [_median(s[:, b, k] - s[:, b, 0]) for b in range(NB)] for k, name in enumerate(STAMPS)}
     mid = slice(2, NB)
+    prev = slice(1, NB - 1)
     phases = {
-        "mma_period": _median((s[:, 3:, 8] - s[:, 2:-1, 8]).flatten()),
-        "widen_period": _median((s[:, 3:, 2] - s[:, 2:-1, 2]).flatten()),
-        "load_period": _median((s[:, 3:, 0] - s[:, 2:-1, 0]).flatten()),
-        "mma_wait_block": _median((s[:, mid, 3] - s[:, 1:-1, 8][:, : NB - 2]).flatten()),
-        "mma_wait_w0": _median((s[:, mid, 4] - s[:, mid, 3]).flatten()),
-        "mma_wait_w_rest": _median((s[:, mid, 5] - s[:, mid, 4]).flatten()),
-        "qk_drain": _median((s[:, mid, 6] - s[:, mid, 5]).flatten()),
-        "softmax_p": _median((s[:, mid, 7] - s[:, mid, 6]).flatten()),
-        "pv": _median((s[:, mid, 8] - s[:, mid, 7]).flatten()),
-        "widen_busy": _median((s[:, mid, 2] - s[:, mid, 1]).flatten()),
-        "arrival_after_issue": _median((s[:, mid, 1] - s[:, mid, 0]).flatten()),
+        "mma_period": _median((s[:, mid, 7] - s[:, prev, 7]).flatten()),
+        "widen_period": _median((s[:, mid, 3] - s[:, prev, 3]).flatten()),
+        "load_period": _median((s[:, mid, 0] - s[:, prev, 0]).flatten()),
+        "widen_wait_free": _median((s[:, mid, 1] - s[:, prev, 3]).flatten()),
+        "widen_first_half_wait": _median((s[:, mid, 2] - s[:, mid, 1]).flatten()),
+        "widen_busy": _median((s[:, mid, 3] - s[:, mid, 1]).flatten()),
+        "mma_wait_w": _median((s[:, mid, 4] - s[:, prev, 7]).flatten()),
+        "qk": _median((s[:, mid, 5] - s[:, mid, 4]).flatten()),
+        "softmax_p": _median((s[:, mid, 6] - s[:, mid, 5]).flatten()),
+        "pv": _median((s[:, mid, 7] - s[:, mid, 6]).flatten()),
+        "second_half_arrival_after_issue": _median((s[:, mid, 2] - s[:, mid, 0]).flatten()),
     }
-    for ch in range(4):
-        base = 9 + 3 * ch
-        start = s[:, mid, 1] if ch == 0 else s[:, mid, base - 1]
-        phases[f"w{ch}_convert"] = _median((s[:, mid, base] - start).flatten())
-        phases[f"w{ch}_wait_store"] = _median((s[:, mid, base + 1] - s[:, mid, base]).flatten())
-        phases[f"w{ch}_fence_barrier"] = _median((s[:, mid, base + 2] - s[:, mid, base + 1]).flatten())
     return {"case": [case.batch, case.keys], "workers": workers, "programs_stamped": int(ok.sum()),
             "calls": used, "relative_to_issue_us": rel, "phases_us": phases,
             "raw_call": stamps[used // 2].cpu().tolist()}

@@ -48,6 +48,7 @@ ROWS = gl.constexpr(16)  # query rows per tile: the MMAs' N
 BLOCK_N = gl.constexpr(64)  # keys per block: the logits MMAs' M
 CHUNK = gl.constexpr(128)  # latent columns per widened chunk and per output accumulator
 N_CHUNKS = gl.constexpr(4)
+HALF = gl.constexpr(32)  # keys per ring slot (a block is two)
 ENTRIES = gl.constexpr(32)  # table entries the loader loads at a time
 
 
@@ -59,7 +60,8 @@ def _acc_layout():
 
 @gluon.constexpr_function
 def _widen_layout(warps):
-    """A latent chunk `[64, 128]` over the widen warps: 16 consecutive e4m3 values (16 bytes) per thread."""
+    """A ring slot's latent chunk `[32, 128]` over the widen warps: 16 consecutive e4m3 values (16 bytes) per
+    thread."""
     return gl.BlockedLayout([1, 16], [4, 8], [warps, 1], [1, 0])
 
 
@@ -103,9 +105,9 @@ def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, 
             k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch, num_heads,
             mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b, stride_s_s, stride_lt_b,
             SLOTS: gl.constexpr):
-    """The copies: q's rows per piece, each block's rows (two TMA copies: 64 x 512 latent bytes and 64 x 128
-    rope bytes) and scales into ring slot c % SLOTS once the MMA and widen warps have released it (`k_empty`, two arrivals)."""
-    sc_layout: gl.constexpr = gl.BlockedLayout([2], [32], [1], [0])
+    """The copies: q's rows per piece; each block's two halves of 32 rows (their 512 latent and 128 rope bytes by
+    TMA, their scales by `cp.async`), each into ring slot `(2c + h) % SLOTS` once the widen warps released it."""
+    sc_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     wait_for_prior_grid(w)
     first_seq, last_seq = _span(schedule_ptr, w, batch)
     c = 0
@@ -133,36 +135,41 @@ def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, 
                 nxt = _table_entries(lookup_row, k_lo, hi, page_size, g + ENTRIES, n_blocks)
                 for i in range(g, gl.minimum(g + ENTRIES, n_blocks)):
                     page = gl.sum(gl.where(gl.arange(0, ENTRIES, _entry_layout()) == i - g, entries, 0), axis=0)
-                    st = c % SLOTS
                     k0 = k_lo + i * BLOCK_N
-                    mbarrier.wait(k_empty.index(st), ((c // SLOTS) & 1) ^ 1)
-                    # the scales first: their cp.async arrival holds the barrier's phase open until they land, and
-                    # the expect below is the phase's one counted arrival
-                    keys = k0 + gl.arange(0, BLOCK_N, sc_layout)
-                    slot = k0 % page_size + gl.arange(0, BLOCK_N, sc_layout)
-                    s_ptr = (scales_ptr + page.to(gl.int64) * stride_s_b + s_layer_off
-                             + slot.to(gl.int64) * stride_s_s)
-                    async_copy.async_copy_global_to_shared(sc_s.index(st), s_ptr, mask=(keys >= lo) & (keys < hi))
-                    async_copy.mbarrier_arrive(k_ready.index(st))
-                    bar = k_ready.index(st)
-                    mbarrier.expect(bar, lat_desc.block_type.nbytes + rope_desc.block_type.nbytes)
-                    row = page * page_rows + layer_row0 + k0 % page_size
-                    # whole rows' bytes in two boxes (the rows as float32 values, copied as they are): copies of
-                    # 128-byte column strips (a box per strip) ran at 1.6 TB/s, with 5.7 us from a block's copy
-                    # to its arrival (benchmarks/experiments/ws16_timeline.py)
-                    tma.async_copy_global_to_shared(lat_desc, [row, 0], bar, raw_s.index(st))
-                    tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))
+                    for h in gl.static_range(2):
+                        n = 2 * c + h
+                        st = n % SLOTS
+                        kh = k0 + h * HALF
+                        mbarrier.wait(k_empty.index(st), ((n // SLOTS) & 1) ^ 1)
+                        # the scales first: their cp.async arrival holds the barrier's phase open until they
+                        # land, and the expect below is the phase's one counted arrival
+                        keys = kh + gl.arange(0, HALF, sc_layout)
+                        slot = kh % page_size + gl.arange(0, HALF, sc_layout)
+                        s_ptr = (scales_ptr + page.to(gl.int64) * stride_s_b + s_layer_off
+                                 + slot.to(gl.int64) * stride_s_s)
+                        async_copy.async_copy_global_to_shared(sc_s.index(st), s_ptr, mask=(keys >= lo) & (keys < hi))
+                        async_copy.mbarrier_arrive(k_ready.index(st))
+                        bar = k_ready.index(st)
+                        mbarrier.expect(bar, lat_desc.block_type.nbytes + rope_desc.block_type.nbytes)
+                        row = page * page_rows + layer_row0 + kh % page_size
+                        # whole rows' bytes in two boxes (the rows as float32 values, copied as they are)
+                        tma.async_copy_global_to_shared(lat_desc, [row, 0], bar, raw_s.index(st))
+                        tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))
                     c += 1
 
 
 @gluon.jit
-def _widener(raw_s, rr_s, w_s, wr_s, k_ready, k_empty, w_ready, w_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, w, batch,
-             num_heads, mask_code, window, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr,
-             WIDEN_MODE: gl.constexpr):
-    """Each block's e4m3 latent into the bf16 tile W, chunk by chunk, and its rope columns into the tile `wr_s`
-    (with chunk 0); value rows outside the piece's keys [lo, hi) (edge blocks only) as zeros."""
+def _widener(raw_s, rr_s, sc_s, w_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_free, schedule_ptr, offsets_ptr,
+             cache_lengths_ptr, w, batch, num_heads, mask_code, window, SLOTS: gl.constexpr,
+             WIDEN_WARPS: gl.constexpr):
+    """Each block into W buffer c % 2 once the MMA warps are done with its previous block (`w_free`): the e4m3
+    latent widened to bf16, the rope columns and the scales copied, half by half (32 rows, one ring slot each,
+    released as soon as it is read); value rows outside the piece's keys [lo, hi) (edge blocks only) as zeros.
+    One signal per block (`w_ready`): a signal per 128-column chunk, with the chunks released one by one, cost
+    about 0.2 us of fence and barrier each (benchmarks/experiments/ws16_timeline.py)."""
     layout: gl.constexpr = _widen_layout(WIDEN_WARPS)
     rope_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WIDEN_WARPS, 1], [1, 0])
+    sc_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WIDEN_WARPS], [0])
     wait_for_prior_grid(w)
     first_seq, last_seq = _span(schedule_ptr, w, batch)
     c = 0
@@ -171,46 +178,43 @@ def _widener(raw_s, rr_s, w_s, wr_s, k_ready, k_empty, w_ready, w_free, schedule
             schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, 0, num_heads, mask_code, window,
             gl.SliceLayout(0, layout), ROWS)
         for i in range(n_blocks):
-            st = c % SLOTS
+            buf = c % 2
             k0 = k_lo + i * BLOCK_N
             edge = (k0 < lo) | (k0 + BLOCK_N > hi)
-            j = k0 + gl.arange(0, BLOCK_N, gl.SliceLayout(1, layout))
-            keep = ((j >= lo) & (j < hi))[:, None]
-            mbarrier.wait(k_ready.index(st), (c // SLOTS) & 1)
-            # the slot's latent as bytes (512 e4m3 values per row) and its rope as 64 bf16 values per row
-            rows8 = raw_s.index(st)._reinterpret(gl.uint8, [BLOCK_N, D_LAT], _raw_layout())
-            rope16 = rr_s.index(st)._reinterpret(gl.bfloat16, [BLOCK_N, D_ROPE], _raw_layout())
-            for ch in gl.static_range(N_CHUNKS):
-                x = rows8.slice(CHUNK * ch, CHUNK, dim=1).load(layout)
-                if WIDEN_MODE == 0:
+            mbarrier.wait(w_free.index(buf), ((c // 2) & 1) ^ 1)
+            for h in gl.static_range(2):
+                n = 2 * c + h
+                st = n % SLOTS
+                j = k0 + h * HALF + gl.arange(0, HALF, gl.SliceLayout(1, layout))
+                keep = ((j >= lo) & (j < hi))[:, None]
+                mbarrier.wait(k_ready.index(st), (n // SLOTS) & 1)
+                # the slot's latent as bytes (512 e4m3 values per row) and its rope as 64 bf16 values per row
+                rows8 = raw_s.index(st)._reinterpret(gl.uint8, [HALF, D_LAT], _raw_layout())
+                for ch in gl.static_range(N_CHUNKS):
+                    x = rows8.slice(CHUNK * ch, CHUNK, dim=1).load(layout)
                     y = gl.inline_asm_elementwise(E4M3X4_TO_BF16_ASM, "=r,=r,r", [x], dtype=gl.bfloat16,
                                                   is_pure=False, pack=4)
-                elif WIDEN_MODE == 1:  # timing probe only: the native e4m3 -> f16 conversion's bits (wrong values)
-                    y = x.to(gl.float8e4nv, bitcast=True).to(gl.float16).to(gl.bfloat16, bitcast=True)
-                else:  # timing probe only: a shift per value (wrong values)
-                    y = (x.to(gl.int16) << 4).to(gl.bfloat16, bitcast=True)
-                if edge:
-                    y = gl.where(keep, y, gl.zeros_like(y))
-                # the previous block's P @ V is done with this chunk of W
-                mbarrier.wait(w_free.index(ch), (c & 1) ^ 1)
-                w_s.index(ch).store(y)
-                if ch == 0:
-                    # the rope tile is free too: the previous block's logits were done before its P @ V
-                    wr_s.store(rope16.load(rope_layout))
-                fence_async_shared()  # the MMAs read W through the async proxy
-                gl.thread_barrier()  # every thread's part of the chunk is written
-                mbarrier.arrive(w_ready.index(ch))
-            mbarrier.arrive(k_empty.index(st))
+                    if edge:
+                        y = gl.where(keep, y, gl.zeros_like(y))
+                    w_s.index(buf * N_CHUNKS + ch).slice(h * HALF, HALF, dim=0).store(y)
+                rope = rr_s.index(st)._reinterpret(gl.bfloat16, [HALF, D_ROPE], _raw_layout()).load(rope_layout)
+                wr_s.index(buf).slice(h * HALF, HALF, dim=0).store(rope)
+                scw_s.index(buf).slice(h * HALF, HALF).store(sc_s.index(st).load(sc_layout))
+                gl.thread_barrier()  # every warp is done reading the slot
+                mbarrier.arrive(k_empty.index(st))
+            fence_async_shared()  # the MMAs read W through the async proxy
+            gl.thread_barrier()  # every thread's part of the block is written
+            mbarrier.arrive(w_ready.index(buf))
             c += 1
 
 
 @gluon.jit
-def _mma_warps(q_s, qr_s, wr_s, sc_s, w_s, p_s, q_ready, q_empty, k_ready, k_empty, w_ready, w_free,
-               schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr,
-               part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h,
-               stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, SLOTS: gl.constexpr,
-               HAS_SINK: gl.constexpr):
-    """Logits, softmax and P @ V of each block, then the piece's rows to `out` / `lse` or to its partial slot."""
+def _mma_warps(q_s, qr_s, w_s, wr_s, scw_s, p_s, q_ready, q_empty, w_ready, w_free, schedule_ptr, offsets_ptr,
+               cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads,
+               mask_code, window, qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
+               stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr):
+    """Logits, softmax and P @ V of each block (W buffer c % 2), then the piece's rows to `out` / `lse` or to its
+    partial slot."""
     layout: gl.constexpr = _acc_layout()
     col_l: gl.constexpr = gl.SliceLayout(0, layout)  # one value per query row (a column of S^T)
     key_l: gl.constexpr = gl.SliceLayout(1, layout)  # one value per key (a row of S^T)
@@ -231,25 +235,22 @@ def _mma_warps(q_s, qr_s, wr_s, sc_s, w_s, p_s, q_ready, q_empty, k_ready, k_emp
             if n_blocks > 0:
                 mbarrier.wait(q_ready, pieces & 1)
                 for i in range(n_blocks):
-                    st = c % SLOTS
+                    buf = c % 2
                     k0 = k_lo + i * BLOCK_N
-                    ph = c & 1
                     # q's chunks through an opaque 0 (see `gluon_common.opaque_zero`)
                     dyn = opaque_zero(c)
-                    mbarrier.wait(k_ready.index(st), (c // SLOTS) & 1)
-                    mbarrier.wait(w_ready.index(0), ph)
-                    s_rope = warpgroup_mma(wr_s, qr_s.permute((1, 0)), gl.zeros([BLOCK_N, ROWS], gl.float32, layout),
-                                           use_acc=False, is_async=True)
-                    s_lat = warpgroup_mma(w_s.index(0), q_s.index(dyn).permute((1, 0)),
+                    mbarrier.wait(w_ready.index(buf), (c // 2) & 1)
+                    s_rope = warpgroup_mma(wr_s.index(buf), qr_s.permute((1, 0)),
+                                           gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False,
+                                           is_async=True)
+                    s_lat = warpgroup_mma(w_s.index(buf * N_CHUNKS), q_s.index(dyn).permute((1, 0)),
                                           gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False,
                                           is_async=True)
                     for ch in gl.static_range(1, N_CHUNKS):
-                        mbarrier.wait(w_ready.index(ch), ph)
-                        s_lat = warpgroup_mma(w_s.index(ch), q_s.index(ch + dyn).permute((1, 0)), s_lat,
-                                              is_async=True)
+                        s_lat = warpgroup_mma(w_s.index(buf * N_CHUNKS + ch), q_s.index(ch + dyn).permute((1, 0)),
+                                              s_lat, is_async=True)
+                    sc = scw_s.index(buf).load(key_l)
                     s_rope, s_lat = warpgroup_mma_wait(num_outstanding=0, deps=(s_rope, s_lat))
-                    sc = sc_s.index(st).load(key_l)
-                    mbarrier.arrive(k_empty.index(st))  # its scales are read
                     # W holds the unscaled latent: the key's scale multiplies its latent logits
                     s = (s_lat * sc[:, None] + s_rope) * qk_scale
                     if (k0 < lo_max) | (k0 + BLOCK_N > hi_min):
@@ -266,19 +267,13 @@ def _mma_warps(q_s, qr_s, wr_s, sc_s, w_s, p_s, q_ready, q_empty, k_ready, k_emp
                     fence_async_shared()
                     gl.thread_barrier()
                     pt = p_s.permute((1, 0))
-                    o0 = warpgroup_mma(w_s.index(0).permute((1, 0)), pt, o0 * alpha[None, :], is_async=True)
-                    o1 = warpgroup_mma(w_s.index(1).permute((1, 0)), pt, o1 * alpha[None, :], is_async=True)
-                    o2 = warpgroup_mma(w_s.index(2).permute((1, 0)), pt, o2 * alpha[None, :], is_async=True)
-                    o3 = warpgroup_mma(w_s.index(3).permute((1, 0)), pt, o3 * alpha[None, :], is_async=True)
-                    # each chunk of W goes back to the widen warps as soon as its MMA is done
-                    o0 = warpgroup_mma_wait(num_outstanding=3, deps=(o0,))
-                    mbarrier.arrive(w_free.index(0))
-                    o1 = warpgroup_mma_wait(num_outstanding=2, deps=(o1,))
-                    mbarrier.arrive(w_free.index(1))
-                    o2 = warpgroup_mma_wait(num_outstanding=1, deps=(o2,))
-                    mbarrier.arrive(w_free.index(2))
-                    o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o3,))
-                    mbarrier.arrive(w_free.index(3))
+                    wb = buf * N_CHUNKS
+                    o0 = warpgroup_mma(w_s.index(wb).permute((1, 0)), pt, o0 * alpha[None, :], is_async=True)
+                    o1 = warpgroup_mma(w_s.index(wb + 1).permute((1, 0)), pt, o1 * alpha[None, :], is_async=True)
+                    o2 = warpgroup_mma(w_s.index(wb + 2).permute((1, 0)), pt, o2 * alpha[None, :], is_async=True)
+                    o3 = warpgroup_mma(w_s.index(wb + 3).permute((1, 0)), pt, o3 * alpha[None, :], is_async=True)
+                    o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
+                    mbarrier.arrive(w_free.index(buf))
                     c += 1
                 mbarrier.arrive(q_empty)
                 pieces += 1
@@ -341,7 +336,7 @@ def _mla_decode_ws16_kernel(
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
     stride_s_b, stride_s_s,
     HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr, WIDEN_REGS: gl.constexpr,
-    LOADER_REGS: gl.constexpr, WIDEN_MODE: gl.constexpr,
+    LOADER_REGS: gl.constexpr,
 ):
     """Program w: worker w's span of the schedule. The cache is read through `lat_desc` and `rope_desc`, its
     640-byte rows as a 2-D float32 view `[rows, 160]` (bits copied as they are: columns 0-127 the e4m3 latent,
@@ -351,23 +346,26 @@ def _mla_decode_ws16_kernel(
     w = gl.program_id(0)
     q_s = gl.allocate_shared_memory(gl.bfloat16, [N_CHUNKS, ROWS, CHUNK], q_desc.layout)
     qr_s = gl.allocate_shared_memory(gl.bfloat16, [ROWS, D_ROPE], qr_desc.layout)
-    raw_s = gl.allocate_shared_memory(gl.float32, [SLOTS, BLOCK_N, D_LAT // 4], lat_desc.layout)
-    rr_s = gl.allocate_shared_memory(gl.float32, [SLOTS, BLOCK_N, D_ROPE // 2], rope_desc.layout)
-    wr_s = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_N, D_ROPE], _bf16_tile())
-    sc_s = gl.allocate_shared_memory(gl.float32, [SLOTS, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    w_s = gl.allocate_shared_memory(gl.bfloat16, [N_CHUNKS, BLOCK_N, CHUNK], _bf16_tile())
+    # the ring: SLOTS slots of 32 rows (latent bytes, rope bytes, scales)
+    raw_s = gl.allocate_shared_memory(gl.float32, [SLOTS, HALF, D_LAT // 4], lat_desc.layout)
+    rr_s = gl.allocate_shared_memory(gl.float32, [SLOTS, HALF, D_ROPE // 2], rope_desc.layout)
+    sc_s = gl.allocate_shared_memory(gl.float32, [SLOTS, HALF], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    # two widened blocks: latent W (4 chunks each), rope and scales
+    w_s = gl.allocate_shared_memory(gl.bfloat16, [2 * N_CHUNKS, BLOCK_N, CHUNK], _bf16_tile())
+    wr_s = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, D_ROPE], _bf16_tile())
+    scw_s = gl.allocate_shared_memory(gl.float32, [2, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     p_s = gl.allocate_shared_memory(gl.bfloat16, [ROWS, BLOCK_N], _bf16_tile())
     k_ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
-    w_ready = gl.allocate_shared_memory(gl.int64, [N_CHUNKS, 1], mbarrier.MBarrierLayout())
-    w_free = gl.allocate_shared_memory(gl.int64, [N_CHUNKS, 1], mbarrier.MBarrierLayout())
+    w_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    w_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     qb = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     q_ready = qb.index(0)
     q_empty = qb.index(1)
     for i in gl.static_range(SLOTS):
         mbarrier.init(k_ready.index(i), count=1)  # the loader's expect (and its scale copies, see `_loader`)
-        mbarrier.init(k_empty.index(i), count=2)  # the widen warps (latent read) and the MMA warps (rope, scales)
-    for i in gl.static_range(N_CHUNKS):
+        mbarrier.init(k_empty.index(i), count=1)  # the widen warps
+    for i in gl.static_range(2):
         mbarrier.init(w_ready.index(i), count=1)
         mbarrier.init(w_free.index(i), count=1)
     mbarrier.init(q_ready, count=1)
@@ -375,12 +373,12 @@ def _mla_decode_ws16_kernel(
     fence_async_shared()
 
     gl.warp_specialize([
-        (_mma_warps, (q_s, qr_s, wr_s, sc_s, w_s, p_s, q_ready, q_empty, k_ready, k_empty, w_ready, w_free,
-                      schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr,
-                      part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h,
-                      stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, SLOTS, HAS_SINK)),
-        (_widener, (raw_s, rr_s, w_s, wr_s, k_ready, k_empty, w_ready, w_free, schedule_ptr, offsets_ptr, cache_lengths_ptr, w,
-                    batch, num_heads, mask_code, window, SLOTS, WIDEN_WARPS, WIDEN_MODE)),
+        (_mma_warps, (q_s, qr_s, w_s, wr_s, scw_s, p_s, q_ready, q_empty, w_ready, w_free, schedule_ptr, offsets_ptr,
+                      cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch,
+                      num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h,
+                      stride_po_s, stride_po_r, stride_pl_s, HAS_SINK)),
+        (_widener, (raw_s, rr_s, sc_s, w_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_free, schedule_ptr,
+                    offsets_ptr, cache_lengths_ptr, w, batch, num_heads, mask_code, window, SLOTS, WIDEN_WARPS)),
         (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
                    k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch,
                    num_heads, mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b,

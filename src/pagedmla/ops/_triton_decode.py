@@ -333,13 +333,12 @@ def decode_ws16_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_i
             and _ws_cache_rows(blocks, layer_idx, torch.float8_e4m3fn) is not None)
 
 
-# shared-memory ring slots of `_mla_decode_ws16_kernel` (3: 205 KB in all) and the registers of its widen and
-# loader partitions
+# shared-memory ring slots (32 rows each) of `_mla_decode_ws16_kernel` (3: 225 KB in all), its widen warps and
+# the registers of its widen and loader partitions
 WS16_SLOTS = 3
-WS16_WIDEN_WARPS = 4
+WS16_WIDEN_WARPS = 8
 WS16_WIDEN_REGS = 96
 WS16_LOADER_REGS = 48
-WS16_WIDEN_MODE = 0  # timing probes only (benchmarks/experiments/ws16_variants.py): 1, 2 compute wrong values
 
 
 def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
@@ -349,7 +348,7 @@ def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
     num_workers = schedule.shape[0] - 1 - batch
     lat2d, page_rows, layer_row0 = _ws_cache_rows(blocks, layer_idx, torch.float8_e4m3fn)
     # the 640-byte rows as float32 values (bits copied as they are): boxes of the 128 latent and the 32 rope
-    # columns of 64 rows
+    # columns of 32 rows (a ring slot)
     rows32 = lat2d.view(torch.uint8).view(torch.float32)
     q2d = _ws_q_rows(q)
 
@@ -357,8 +356,8 @@ def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         return GluonTensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block, dtype))
     _mla_decode_ws16_kernel[(num_workers,)](
         desc(q2d, [16, 128], gl.bfloat16), desc(q2d, [16, 64], gl.bfloat16),
-        GluonTensorDescriptor.from_tensor(rows32, [64, 128], gl.NVMMASharedLayout(0, 32, 2)),
-        GluonTensorDescriptor.from_tensor(rows32, [64, 32], gl.NVMMASharedLayout(0, 32, 2)), out, lse,
+        GluonTensorDescriptor.from_tensor(rows32, [32, 128], gl.NVMMASharedLayout(0, 32, 2)),
+        GluonTensorDescriptor.from_tensor(rows32, [32, 32], gl.NVMMASharedLayout(0, 32, 2)), out, lse,
         input_row_offsets, cache_lengths, lookup_table, schedule,
         sink, part_out, part_lse, scales,
         batch, q.shape[1], mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows, layer_row0,
@@ -366,7 +365,7 @@ def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         lse.stride(1), part_out.stride(0), part_out.stride(1), part_lse.stride(0), scales.stride(0),
         scales.stride(3),
         HAS_SINK=sink is not lse, SLOTS=WS16_SLOTS, WIDEN_WARPS=WS16_WIDEN_WARPS, WIDEN_REGS=WS16_WIDEN_REGS,
-        LOADER_REGS=WS16_LOADER_REGS, WIDEN_MODE=WS16_WIDEN_MODE,
+        LOADER_REGS=WS16_LOADER_REGS,
         num_warps=4, **pdl_kwargs(pdl))
 
 
