@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call (edit per session). This one: the 16-row warp-specialized FP8 decode (`kernels.mla_decode_ws16`)
-# with two W buffers and 32-row ring slots: gpu tests, its timeline, and whole calls against the shipped path.
+# with two W buffers, 32-row ring slots and L2 prefetches of the blocks ahead: gpu tests, its timeline, and whole calls against the shipped path.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -13,6 +13,6 @@ PYTHONPATH=src timeout 100 python3 benchmarks/experiments/ws16_timeline.py --cas
   > "$OUT/ws16-timeline-$COMMIT.txt" 2>&1
 echo "timeline rc $?"; grep -v "^  [a-z_]* *-\?[0-9]" "$OUT/ws16-timeline-$COMMIT.txt" | tr "," "\n" | tail -14 | tr "\n" " "; echo
 PYTHONPATH=src:benchmarks timeout 200 python3 benchmarks/experiments/ws16_variants.py --case 64,4096 --case 128,4096 \
-  --case 1,16384 --variant widen_warps=8 --variant widen_warps=4 > "$OUT/ws16-variants-$COMMIT.txt" 2>&1
+  --case 1,16384 --variant prefetch=4 --variant prefetch=0 --variant prefetch=2 --variant prefetch=6 > "$OUT/ws16-variants-$COMMIT.txt" 2>&1
 echo "variants rc $?"
 cat "$OUT/ws16-variants-$COMMIT.txt" | cut -c1-150

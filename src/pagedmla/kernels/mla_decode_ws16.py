@@ -101,10 +101,31 @@ def _table_entries(lookup_row, k_lo, hi, page_size, first, n_blocks):
 
 
 @gluon.jit
+def _prefetch_block(rows_ptr, row_bytes, scales_ptr, stride_s_b, stride_s_s, s_layer_off, entries, nxt, g, i,
+                    n_blocks, k_lo, page_size, page_rows, layer_row0):
+    """Block i's rows (64 x row_bytes contiguous bytes, one bulk prefetch from lane 0) and scales (a line
+    prefetch per lane) into L2, when i < n_blocks. Its table entry is in `entries` (blocks g to g + 31) or `nxt`
+    (the next 32). The ring holds a block and a half; the prefetch lets its copies find the rows in L2."""
+    lanes = gl.arange(0, ENTRIES, _entry_layout())
+    page = gl.sum(gl.where(lanes == i - g, entries, 0) + gl.where(lanes == i - g - ENTRIES, nxt, 0), axis=0)
+    k0 = k_lo + i * BLOCK_N
+    row = page * page_rows + layer_row0 + k0 % page_size
+    addr = (rows_ptr + row.to(gl.int64) * row_bytes).to(gl.int64, bitcast=True) + gl.zeros_like(lanes).to(gl.int64)
+    s_addr = (scales_ptr + page.to(gl.int64) * stride_s_b + s_layer_off
+              + (k0 % page_size + 2 * lanes).to(gl.int64) * stride_s_s).to(gl.int64, bitcast=True)
+    go = (lanes == 0) & (i < n_blocks)
+    gl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.u32 p, $4, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; "
+        "setp.ne.u32 p, $5, 0; @p prefetch.global.L2 [$3]; mov.u32 $0, 0; }", "=r,l,r,l,r,r",
+        [addr, (BLOCK_N * row_bytes + gl.zeros_like(lanes)), s_addr, go.to(gl.int32),
+         (i < n_blocks).to(gl.int32) + gl.zeros_like(lanes)], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
 def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
             k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch, num_heads,
             mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b, stride_s_s, stride_lt_b,
-            SLOTS: gl.constexpr):
+            rows_ptr, row_bytes, SLOTS: gl.constexpr, PREFETCH: gl.constexpr):
     """The copies: q's rows per piece; each block's two halves of 32 rows (their 512 latent and 128 rope bytes by
     TMA, their scales by `cp.async`), each into ring slot `(2c + h) % SLOTS` once the widen warps released it."""
     sc_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
@@ -133,9 +154,17 @@ def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, 
             for g in range(0, n_blocks, ENTRIES):
                 entries = nxt
                 nxt = _table_entries(lookup_row, k_lo, hi, page_size, g + ENTRIES, n_blocks)
+                if g == 0:
+                    # the piece's first blocks (past the first, whose copies go now) into L2
+                    for d in gl.static_range(1, PREFETCH):
+                        _prefetch_block(rows_ptr, row_bytes, scales_ptr, stride_s_b, stride_s_s, s_layer_off, entries,
+                                        nxt, g, d, n_blocks, k_lo, page_size, page_rows, layer_row0)
                 for i in range(g, gl.minimum(g + ENTRIES, n_blocks)):
                     page = gl.sum(gl.where(gl.arange(0, ENTRIES, _entry_layout()) == i - g, entries, 0), axis=0)
                     k0 = k_lo + i * BLOCK_N
+                    if PREFETCH > 0:
+                        _prefetch_block(rows_ptr, row_bytes, scales_ptr, stride_s_b, stride_s_s, s_layer_off, entries,
+                                        nxt, g, i + PREFETCH, n_blocks, k_lo, page_size, page_rows, layer_row0)
                     for h in gl.static_range(2):
                         n = 2 * c + h
                         st = n % SLOTS
@@ -331,11 +360,11 @@ def _store_chunks(ptr, row_off, o0, o1, o2, o3, inv, rows_ok, KEEP: gl.constexpr
 @gluon.jit(do_not_specialize=["batch", "num_heads", "mask_code", "window", "page_size", "page_rows", "layer_row0"])
 def _mla_decode_ws16_kernel(
     q_desc, qr_desc, lat_desc, rope_desc, out_ptr, lse_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr,
-    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr,
+    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr, rows_ptr,
     batch, num_heads, mask_code, window, qk_scale, page_size, page_rows, layer_row0, s_layer_off,
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-    stride_s_b, stride_s_s,
-    HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr, WIDEN_REGS: gl.constexpr,
+    stride_s_b, stride_s_s, row_bytes,
+    HAS_SINK: gl.constexpr, PREFETCH: gl.constexpr, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr, WIDEN_REGS: gl.constexpr,
     LOADER_REGS: gl.constexpr,
 ):
     """Program w: worker w's span of the schedule. The cache is read through `lat_desc` and `rope_desc`, its
@@ -382,5 +411,5 @@ def _mla_decode_ws16_kernel(
         (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
                    k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch,
                    num_heads, mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b,
-                   stride_s_s, stride_lt_b, SLOTS)),
+                   stride_s_s, stride_lt_b, rows_ptr, row_bytes, SLOTS, PREFETCH)),
     ], [WIDEN_WARPS, 1], [WIDEN_REGS, LOADER_REGS])

@@ -339,6 +339,8 @@ WS16_SLOTS = 3
 WS16_WIDEN_WARPS = 8
 WS16_WIDEN_REGS = 96
 WS16_LOADER_REGS = 48
+# blocks the loader prefetches into L2 ahead of its copies (0: none)
+WS16_PREFETCH = 4
 
 
 def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
@@ -359,12 +361,12 @@ def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         GluonTensorDescriptor.from_tensor(rows32, [32, 128], gl.NVMMASharedLayout(0, 32, 2)),
         GluonTensorDescriptor.from_tensor(rows32, [32, 32], gl.NVMMASharedLayout(0, 32, 2)), out, lse,
         input_row_offsets, cache_lengths, lookup_table, schedule,
-        sink, part_out, part_lse, scales,
+        sink, part_out, part_lse, scales, lat2d.view(torch.uint8),
         batch, q.shape[1], mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows, layer_row0,
         layer_idx * scales.stride(2), lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0),
         lse.stride(1), part_out.stride(0), part_out.stride(1), part_lse.stride(0), scales.stride(0),
-        scales.stride(3),
-        HAS_SINK=sink is not lse, SLOTS=WS16_SLOTS, WIDEN_WARPS=WS16_WIDEN_WARPS, WIDEN_REGS=WS16_WIDEN_REGS,
+        scales.stride(3), lat2d.stride(0),
+        HAS_SINK=sink is not lse, PREFETCH=WS16_PREFETCH, SLOTS=WS16_SLOTS, WIDEN_WARPS=WS16_WIDEN_WARPS, WIDEN_REGS=WS16_WIDEN_REGS,
         LOADER_REGS=WS16_LOADER_REGS,
         num_warps=4, **pdl_kwargs(pdl))
 
