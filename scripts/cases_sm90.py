@@ -336,7 +336,7 @@ def decode_ws16(sink: bool = True):
     types.update(out_ptr="*bf16", lse_ptr="*fp32", offsets_ptr="*i32", cache_lengths_ptr="*i32", lookup_ptr="*i32",
                  schedule_ptr="*i32", sink_ptr="*fp32", part_out_ptr="*fp32", part_lse_ptr="*fp32",
                  scales_ptr="*fp32", rows_ptr="*u8")
-    const = dict(HAS_SINK=sink, PREFETCH=td.WS16_PREFETCH, SLOTS=td.WS16_SLOTS, WIDEN_WARPS=td.WS16_WIDEN_WARPS,
+    const = dict(HAS_SINK=sink, PREFETCH=td.WS16_PREFETCH, PROBE=td.WS16_PROBE, SLOTS=td.WS16_SLOTS, WIDEN_WARPS=td.WS16_WIDEN_WARPS,
                  WIDEN_REGS=td.WS16_WIDEN_REGS,
                  LOADER_REGS=td.WS16_LOADER_REGS)
     return _mla_decode_ws16_kernel, types, const, 4, 1

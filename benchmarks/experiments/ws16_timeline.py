@@ -53,18 +53,19 @@ def _patched_source() -> str:
     # the stamp buffer: the kernel's argument after scales_ptr, each partition's last argument
     sub("    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr, rows_ptr,\n",
         "    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr, rows_ptr, stamps_ptr,\n")
-    sub("            rows_ptr, row_bytes, SLOTS: gl.constexpr, PREFETCH: gl.constexpr):\n",
-        "            rows_ptr, row_bytes, SLOTS: gl.constexpr, PREFETCH: gl.constexpr, stamps_ptr):\n")
+    sub("            rows_ptr, row_bytes, SLOTS: gl.constexpr, PREFETCH: gl.constexpr, PROBE: gl.constexpr):\n",
+        "            rows_ptr, row_bytes, SLOTS: gl.constexpr, PREFETCH: gl.constexpr, PROBE: gl.constexpr, "
+        "stamps_ptr):\n")
     sub("             WIDEN_WARPS: gl.constexpr):\n", "             WIDEN_WARPS: gl.constexpr, stamps_ptr):\n")
     sub("               stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr):\n",
         "               stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr, stamps_ptr):\n")
     sub("stride_po_s, stride_po_r, stride_pl_s, HAS_SINK)),", "stride_po_s, stride_po_r, stride_pl_s, HAS_SINK, stamps_ptr)),")
     sub("mask_code, window, SLOTS, WIDEN_WARPS)),", "mask_code, window, SLOTS, WIDEN_WARPS, stamps_ptr)),")
-    sub("stride_lt_b, rows_ptr, row_bytes, SLOTS, PREFETCH)),",
-        "stride_lt_b, rows_ptr, row_bytes, SLOTS, PREFETCH, stamps_ptr)),")
+    sub("stride_lt_b, rows_ptr, row_bytes, SLOTS, PREFETCH, PROBE)),",
+        "stride_lt_b, rows_ptr, row_bytes, SLOTS, PREFETCH, PROBE, stamps_ptr)),")
     # loader (the block's second half overwrites the first's stamp)
-    sub("                        tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))\n",
-        "                        tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))\n"
+    sub("                            tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))\n",
+        "                            tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))\n"
         "                        _stamp(stamps_ptr, c, 0)\n")
     # widen
     sub("            mbarrier.wait(w_free.index(buf), ((c // 2) & 1) ^ 1)\n",

@@ -125,10 +125,12 @@ def _prefetch_block(rows_ptr, row_bytes, scales_ptr, stride_s_b, stride_s_s, s_l
 def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
             k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch, num_heads,
             mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b, stride_s_s, stride_lt_b,
-            rows_ptr, row_bytes, SLOTS: gl.constexpr, PREFETCH: gl.constexpr):
+            rows_ptr, row_bytes, SLOTS: gl.constexpr, PREFETCH: gl.constexpr, PROBE: gl.constexpr):
     """The copies: q's rows per piece; each block's two halves of 32 rows (their 512 latent and 128 rope bytes by
     TMA, their scales by `cp.async`), each into ring slot `(2c + h) % SLOTS` once the widen warps released it."""
     sc_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    NBYTES: gl.constexpr = (((PROBE // 4) % 2 == 0) * lat_desc.block_type.nbytes
+                            + ((PROBE // 2) % 2 == 0) * rope_desc.block_type.nbytes)
     wait_for_prior_grid(w)
     first_seq, last_seq = _span(schedule_ptr, w, batch)
     c = 0
@@ -176,14 +178,18 @@ def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, 
                         slot = kh % page_size + gl.arange(0, HALF, sc_layout)
                         s_ptr = (scales_ptr + page.to(gl.int64) * stride_s_b + s_layer_off
                                  + slot.to(gl.int64) * stride_s_s)
-                        async_copy.async_copy_global_to_shared(sc_s.index(st), s_ptr, mask=(keys >= lo) & (keys < hi))
-                        async_copy.mbarrier_arrive(k_ready.index(st))
+                        if PROBE % 2 == 0:
+                            async_copy.async_copy_global_to_shared(sc_s.index(st), s_ptr,
+                                                                   mask=(keys >= lo) & (keys < hi))
+                            async_copy.mbarrier_arrive(k_ready.index(st))
                         bar = k_ready.index(st)
-                        mbarrier.expect(bar, lat_desc.block_type.nbytes + rope_desc.block_type.nbytes)
+                        mbarrier.expect(bar, NBYTES)
                         row = page * page_rows + layer_row0 + kh % page_size
                         # whole rows' bytes in two boxes (the rows as float32 values, copied as they are)
-                        tma.async_copy_global_to_shared(lat_desc, [row, 0], bar, raw_s.index(st))
-                        tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))
+                        if (PROBE // 4) % 2 == 0:
+                            tma.async_copy_global_to_shared(lat_desc, [row, 0], bar, raw_s.index(st))
+                        if (PROBE // 2) % 2 == 0:
+                            tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))
                     c += 1
 
 
@@ -364,7 +370,7 @@ def _mla_decode_ws16_kernel(
     batch, num_heads, mask_code, window, qk_scale, page_size, page_rows, layer_row0, s_layer_off,
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
     stride_s_b, stride_s_s, row_bytes,
-    HAS_SINK: gl.constexpr, PREFETCH: gl.constexpr, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr, WIDEN_REGS: gl.constexpr,
+    HAS_SINK: gl.constexpr, PREFETCH: gl.constexpr, PROBE: gl.constexpr, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr, WIDEN_REGS: gl.constexpr,
     LOADER_REGS: gl.constexpr,
 ):
     """Program w: worker w's span of the schedule. The cache is read through `lat_desc` and `rope_desc`, its
@@ -411,5 +417,5 @@ def _mla_decode_ws16_kernel(
         (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
                    k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch,
                    num_heads, mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b,
-                   stride_s_s, stride_lt_b, rows_ptr, row_bytes, SLOTS, PREFETCH)),
+                   stride_s_s, stride_lt_b, rows_ptr, row_bytes, SLOTS, PREFETCH, PROBE)),
     ], [WIDEN_WARPS, 1], [WIDEN_REGS, LOADER_REGS])

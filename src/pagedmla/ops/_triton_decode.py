@@ -340,7 +340,8 @@ WS16_WIDEN_WARPS = 8
 WS16_WIDEN_REGS = 96
 WS16_LOADER_REGS = 48
 # blocks the loader prefetches into L2 ahead of its copies (0: none)
-WS16_PREFETCH = 4
+WS16_PREFETCH = 0
+WS16_PROBE = 0  # timing probes (wrong values): 1 no scale copies, 2 no rope copies, 4 no latent copies
 
 
 def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
@@ -366,7 +367,7 @@ def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         layer_idx * scales.stride(2), lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0),
         lse.stride(1), part_out.stride(0), part_out.stride(1), part_lse.stride(0), scales.stride(0),
         scales.stride(3), lat2d.stride(0),
-        HAS_SINK=sink is not lse, PREFETCH=WS16_PREFETCH, SLOTS=WS16_SLOTS, WIDEN_WARPS=WS16_WIDEN_WARPS, WIDEN_REGS=WS16_WIDEN_REGS,
+        HAS_SINK=sink is not lse, PREFETCH=WS16_PREFETCH, PROBE=WS16_PROBE, SLOTS=WS16_SLOTS, WIDEN_WARPS=WS16_WIDEN_WARPS, WIDEN_REGS=WS16_WIDEN_REGS,
         LOADER_REGS=WS16_LOADER_REGS,
         num_warps=4, **pdl_kwargs(pdl))
 
