@@ -324,7 +324,7 @@ def decode_ws16(sink: bool = True):
     q = torch.empty(8, 16, 576, dtype=torch.bfloat16)
     blocks = torch.empty(16, 1, 2, 64, 1, 640, dtype=torch.float8_e4m3fn)
     lat2d = td._ws_cache_rows(blocks, 1, torch.float8_e4m3fn)[0]
-    rows32 = lat2d.view(torch.uint8).view(torch.float32)
+    rows32 = lat2d.view(torch.uint8).view(torch.int32)
     q2d = td._ws_q_rows(q)
 
     def desc(x2d, block, dtype):
@@ -335,8 +335,8 @@ def decode_ws16(sink: bool = True):
     types = {name: mangle_type(d) for name, d in descs.items()}
     types.update(out_ptr="*bf16", lse_ptr="*fp32", offsets_ptr="*i32", cache_lengths_ptr="*i32", lookup_ptr="*i32",
                  schedule_ptr="*i32", sink_ptr="*fp32", part_out_ptr="*fp32", part_lse_ptr="*fp32",
-                 scales_ptr="*fp32", rows_ptr="*u8")
-    const = dict(HAS_SINK=sink, PREFETCH=td.WS16_PREFETCH, PROBE=td.WS16_PROBE, SLOTS=td.WS16_SLOTS, WIDEN_WARPS=td.WS16_WIDEN_WARPS,
+                 scales_ptr="*fp32")
+    const = dict(HAS_SINK=sink, SLOTS=td.WS16_SLOTS, WIDEN_WARPS=td.WS16_WIDEN_WARPS,
                  WIDEN_REGS=td.WS16_WIDEN_REGS,
                  LOADER_REGS=td.WS16_LOADER_REGS)
     return _mla_decode_ws16_kernel, types, const, 4, 1

@@ -1,20 +1,18 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: what bounds the copies of the 16-row warp-specialized FP8 decode
-# (`kernels.mla_decode_ws16`): whole calls with parts of the copies left out (WS16_PROBE: 1 scales, 2 rope,
-# 4 latent; wrong values), and the timeline without the scale copies.
+# One device call (edit per session). This one: the 16-row warp-specialized FP8 decode (`kernels.mla_decode_ws16`)
+# with its widening moved as int32 values: gpu tests, its timeline, and whole calls against the shipped path.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-PYTHONPATH=src:benchmarks timeout 200 python3 benchmarks/experiments/ws16_variants.py --case 64,4096 \
-  --variant probe=0 --variant probe=1 --variant probe=2 --variant probe=3 --variant probe=4 --variant probe=6 \
-  --variant probe=7 > "$OUT/ws16-probes-$COMMIT.txt" 2>&1
+PYTHONPATH=src timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py \
+  -k "ws16" -x > "$OUT/gpu-tests-$COMMIT.txt" 2>&1
+rc=$?
+echo "tests rc $rc"; tail -1 "$OUT/gpu-tests-$COMMIT.txt"; grep -E "^FAILED|^E  " "$OUT/gpu-tests-$COMMIT.txt" | head -20
+PYTHONPATH=src timeout 100 python3 benchmarks/experiments/ws16_timeline.py --case 64,4096 \
+  > "$OUT/ws16-timeline-$COMMIT.txt" 2>&1
+echo "timeline rc $?"; grep phases "$OUT/ws16-timeline-$COMMIT.txt" | tr "," "\n" | tr "\n" " "; echo
+PYTHONPATH=src:benchmarks timeout 200 python3 benchmarks/experiments/ws16_variants.py --case 64,4096 --case 128,4096 \
+  --case 1,16384 --variant widen_warps=8 --variant widen_warps=4 > "$OUT/ws16-variants-$COMMIT.txt" 2>&1
 echo "variants rc $?"
-cat "$OUT/ws16-probes-$COMMIT.txt" | cut -c1-150
-for probe in 1 7; do
-PYTHONPATH=src timeout 100 python3 benchmarks/experiments/ws16_timeline.py --case 64,4096 --set PROBE=$probe \
-  > "$OUT/t.txt" 2>&1
-echo "timeline probe $probe rc $?"; grep phases "$OUT/t.txt" | tr "," "\n" | tr "\n" " "; echo
-cat "$OUT/t.txt" >> "$OUT/ws16-timeline-probes-$COMMIT.txt"
-done
-rm -f "$OUT/t.txt"
+cat "$OUT/ws16-variants-$COMMIT.txt" | cut -c1-150

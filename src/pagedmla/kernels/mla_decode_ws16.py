@@ -59,17 +59,16 @@ def _acc_layout():
 
 
 @gluon.constexpr_function
-def _widen_layout(warps):
-    """A ring slot's latent chunk `[32, 128]` over the widen warps: 16 consecutive e4m3 values (16 bytes) per
-    thread."""
-    return gl.BlockedLayout([1, 16], [4, 8], [warps, 1], [1, 0])
+def _i32_tile():
+    """W and the rope tile as the widen warps write them: int32 pairs of bf16 values, swizzled like `_bf16_tile`
+    (the swizzle moves 16-byte units, so both views agree)."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
 
 
-@gluon.constexpr_function
-def _raw_layout():
-    """A ring slot's tiles as the TMA copies (no swizzle) leave them: row after row. Read through an
-    unswizzled NVMMA layout instead, the tiles came out scrambled (wrong answers)."""
-    return gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+@gluon.jit
+def _bf16(tile, cols: gl.constexpr):
+    """An int32 tile `[64, cols / 2]` of W (or the rope tile) viewed as the bf16 `[64, cols]` the MMAs read."""
+    return tile._reinterpret(gl.bfloat16, [BLOCK_N, cols], _bf16_tile())
 
 
 @gluon.constexpr_function
@@ -101,36 +100,13 @@ def _table_entries(lookup_row, k_lo, hi, page_size, first, n_blocks):
 
 
 @gluon.jit
-def _prefetch_block(rows_ptr, row_bytes, scales_ptr, stride_s_b, stride_s_s, s_layer_off, entries, nxt, g, i,
-                    n_blocks, k_lo, page_size, page_rows, layer_row0):
-    """Block i's rows (64 x row_bytes contiguous bytes, one bulk prefetch from lane 0) and scales (a line
-    prefetch per lane) into L2, when i < n_blocks. Its table entry is in `entries` (blocks g to g + 31) or `nxt`
-    (the next 32). The ring holds a block and a half; the prefetch lets its copies find the rows in L2."""
-    lanes = gl.arange(0, ENTRIES, _entry_layout())
-    page = gl.sum(gl.where(lanes == i - g, entries, 0) + gl.where(lanes == i - g - ENTRIES, nxt, 0), axis=0)
-    k0 = k_lo + i * BLOCK_N
-    row = page * page_rows + layer_row0 + k0 % page_size
-    addr = (rows_ptr + row.to(gl.int64) * row_bytes).to(gl.int64, bitcast=True) + gl.zeros_like(lanes).to(gl.int64)
-    s_addr = (scales_ptr + page.to(gl.int64) * stride_s_b + s_layer_off
-              + (k0 % page_size + 2 * lanes).to(gl.int64) * stride_s_s).to(gl.int64, bitcast=True)
-    go = (lanes == 0) & (i < n_blocks)
-    gl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.u32 p, $4, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; "
-        "setp.ne.u32 p, $5, 0; @p prefetch.global.L2 [$3]; mov.u32 $0, 0; }", "=r,l,r,l,r,r",
-        [addr, (BLOCK_N * row_bytes + gl.zeros_like(lanes)), s_addr, go.to(gl.int32),
-         (i < n_blocks).to(gl.int32) + gl.zeros_like(lanes)], dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
 def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
             k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch, num_heads,
             mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b, stride_s_s, stride_lt_b,
-            rows_ptr, row_bytes, SLOTS: gl.constexpr, PREFETCH: gl.constexpr, PROBE: gl.constexpr):
+            SLOTS: gl.constexpr):
     """The copies: q's rows per piece; each block's two halves of 32 rows (their 512 latent and 128 rope bytes by
     TMA, their scales by `cp.async`), each into ring slot `(2c + h) % SLOTS` once the widen warps released it."""
     sc_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
-    NBYTES: gl.constexpr = (((PROBE // 4) % 2 == 0) * lat_desc.block_type.nbytes
-                            + ((PROBE // 2) % 2 == 0) * rope_desc.block_type.nbytes)
     wait_for_prior_grid(w)
     first_seq, last_seq = _span(schedule_ptr, w, batch)
     c = 0
@@ -156,17 +132,9 @@ def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, 
             for g in range(0, n_blocks, ENTRIES):
                 entries = nxt
                 nxt = _table_entries(lookup_row, k_lo, hi, page_size, g + ENTRIES, n_blocks)
-                if g == 0:
-                    # the piece's first blocks (past the first, whose copies go now) into L2
-                    for d in gl.static_range(1, PREFETCH):
-                        _prefetch_block(rows_ptr, row_bytes, scales_ptr, stride_s_b, stride_s_s, s_layer_off, entries,
-                                        nxt, g, d, n_blocks, k_lo, page_size, page_rows, layer_row0)
                 for i in range(g, gl.minimum(g + ENTRIES, n_blocks)):
                     page = gl.sum(gl.where(gl.arange(0, ENTRIES, _entry_layout()) == i - g, entries, 0), axis=0)
                     k0 = k_lo + i * BLOCK_N
-                    if PREFETCH > 0:
-                        _prefetch_block(rows_ptr, row_bytes, scales_ptr, stride_s_b, stride_s_s, s_layer_off, entries,
-                                        nxt, g, i + PREFETCH, n_blocks, k_lo, page_size, page_rows, layer_row0)
                     for h in gl.static_range(2):
                         n = 2 * c + h
                         st = n % SLOTS
@@ -178,19 +146,30 @@ def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, 
                         slot = kh % page_size + gl.arange(0, HALF, sc_layout)
                         s_ptr = (scales_ptr + page.to(gl.int64) * stride_s_b + s_layer_off
                                  + slot.to(gl.int64) * stride_s_s)
-                        if PROBE % 2 == 0:
-                            async_copy.async_copy_global_to_shared(sc_s.index(st), s_ptr,
-                                                                   mask=(keys >= lo) & (keys < hi))
-                            async_copy.mbarrier_arrive(k_ready.index(st))
+                        async_copy.async_copy_global_to_shared(sc_s.index(st), s_ptr, mask=(keys >= lo) & (keys < hi))
+                        async_copy.mbarrier_arrive(k_ready.index(st))
                         bar = k_ready.index(st)
-                        mbarrier.expect(bar, NBYTES)
+                        mbarrier.expect(bar, lat_desc.block_type.nbytes + rope_desc.block_type.nbytes)
                         row = page * page_rows + layer_row0 + kh % page_size
-                        # whole rows' bytes in two boxes (the rows as float32 values, copied as they are)
-                        if (PROBE // 4) % 2 == 0:
-                            tma.async_copy_global_to_shared(lat_desc, [row, 0], bar, raw_s.index(st))
-                        if (PROBE // 2) % 2 == 0:
-                            tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))
+                        # whole rows' bytes in two boxes (the rows as int32 values, copied as they are)
+                        tma.async_copy_global_to_shared(lat_desc, [row, 0], bar, raw_s.index(st))
+                        tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))
                     c += 1
+
+
+@gluon.jit
+def _latent_chunk(raw_s, st, ch: gl.constexpr, layout: gl.constexpr):
+    """Latent columns [128 ch, 128 ch + 128) of ring slot st: 32 int32 values per row, four e4m3 values each."""
+    return raw_s.index(st).slice(ch * CHUNK // 4, CHUNK // 4, dim=1).load(layout)
+
+
+@gluon.jit
+def _store_widened(w_s, buf, ch: gl.constexpr, h: gl.constexpr, x):
+    """`x` (`_latent_chunk`) widened to bf16, 64 int32 pairs per row, into rows [32 h, 32 h + 32) of chunk ch of
+    W buffer buf (`pagedmla.kernels.fp8`'s exact conversion)."""
+    lo2, hi2 = gl.inline_asm_elementwise(E4M3X4_TO_BF16_ASM, "=r,=r,r", [x], dtype=(gl.int32, gl.int32),
+                                         is_pure=True, pack=1)
+    w_s.index(buf * N_CHUNKS + ch).slice(h * HALF, HALF, dim=0).store(gl.join(lo2, hi2).reshape([HALF, CHUNK // 2]))
 
 
 @gluon.jit
@@ -199,44 +178,44 @@ def _widener(raw_s, rr_s, sc_s, w_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_f
              WIDEN_WARPS: gl.constexpr):
     """Each block into W buffer c % 2 once the MMA warps are done with its previous block (`w_free`): the e4m3
     latent widened to bf16, the rope columns and the scales copied, half by half (32 rows, one ring slot each,
-    released as soon as it is read); value rows outside the piece's keys [lo, hi) (edge blocks only) as zeros.
-    One signal per block (`w_ready`): a signal per 128-column chunk, with the chunks released one by one, cost
-    about 0.2 us of fence and barrier each (benchmarks/experiments/ws16_timeline.py)."""
-    layout: gl.constexpr = _widen_layout(WIDEN_WARPS)
-    rope_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WIDEN_WARPS, 1], [1, 0])
+    released as soon as it is read), one signal per block (`w_ready`). Everything is moved as int32 values (four
+    e4m3 or two bf16 values each): with the e4m3 values as bytes the compiler spent three byte permutes per
+    four values repacking them for the conversion.
+
+    Rows of keys outside the piece are widened like the others, unmasked: every e4m3 byte (NaN's too) widens to
+    a finite value, and their P is 0 (their logits are masked, their scales copied as 0)."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [WIDEN_WARPS, 1], [1, 0])
     sc_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WIDEN_WARPS], [0])
     wait_for_prior_grid(w)
     first_seq, last_seq = _span(schedule_ptr, w, batch)
     c = 0
     for b in range(first_seq, last_seq + 1):
-        _active, _whole, lo, hi, k_lo, n_blocks, _row_start, _num_q, _lo_r, _hi_r, _lo_max, _hi_min = _piece(
+        _active, _whole, _lo, _hi, _k_lo, n_blocks, _row_start, _num_q, _lo_r, _hi_r, _lo_max, _hi_min = _piece(
             schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, 0, num_heads, mask_code, window,
             gl.SliceLayout(0, layout), ROWS)
-        for i in range(n_blocks):
+        for _i in range(n_blocks):
             buf = c % 2
-            k0 = k_lo + i * BLOCK_N
-            edge = (k0 < lo) | (k0 + BLOCK_N > hi)
             mbarrier.wait(w_free.index(buf), ((c // 2) & 1) ^ 1)
             for h in gl.static_range(2):
                 n = 2 * c + h
                 st = n % SLOTS
-                j = k0 + h * HALF + gl.arange(0, HALF, gl.SliceLayout(1, layout))
-                keep = ((j >= lo) & (j < hi))[:, None]
                 mbarrier.wait(k_ready.index(st), (n // SLOTS) & 1)
-                # the slot's latent as bytes (512 e4m3 values per row) and its rope as 64 bf16 values per row
-                rows8 = raw_s.index(st)._reinterpret(gl.uint8, [HALF, D_LAT], _raw_layout())
-                for ch in gl.static_range(N_CHUNKS):
-                    x = rows8.slice(CHUNK * ch, CHUNK, dim=1).load(layout)
-                    y = gl.inline_asm_elementwise(E4M3X4_TO_BF16_ASM, "=r,=r,r", [x], dtype=gl.bfloat16,
-                                                  is_pure=False, pack=4)
-                    if edge:
-                        y = gl.where(keep, y, gl.zeros_like(y))
-                    w_s.index(buf * N_CHUNKS + ch).slice(h * HALF, HALF, dim=0).store(y)
-                rope = rr_s.index(st)._reinterpret(gl.bfloat16, [HALF, D_ROPE], _raw_layout()).load(rope_layout)
-                wr_s.index(buf).slice(h * HALF, HALF, dim=0).store(rope)
-                scw_s.index(buf).slice(h * HALF, HALF).store(sc_s.index(st).load(sc_layout))
+                # the slot read whole before any store: the compiler cannot tell the slot and W apart (both are
+                # arguments of the partition) and put a barrier between each chunk's store and the next load
+                x0 = _latent_chunk(raw_s, st, 0, layout)
+                x1 = _latent_chunk(raw_s, st, 1, layout)
+                x2 = _latent_chunk(raw_s, st, 2, layout)
+                x3 = _latent_chunk(raw_s, st, 3, layout)
+                rope = rr_s.index(st).load(layout)
+                sc = sc_s.index(st).load(sc_layout)
                 gl.thread_barrier()  # every warp is done reading the slot
                 mbarrier.arrive(k_empty.index(st))
+                _store_widened(w_s, buf, 0, h, x0)
+                _store_widened(w_s, buf, 1, h, x1)
+                _store_widened(w_s, buf, 2, h, x2)
+                _store_widened(w_s, buf, 3, h, x3)
+                wr_s.index(buf).slice(h * HALF, HALF, dim=0).store(rope)
+                scw_s.index(buf).slice(h * HALF, HALF).store(sc)
             fence_async_shared()  # the MMAs read W through the async proxy
             gl.thread_barrier()  # every thread's part of the block is written
             mbarrier.arrive(w_ready.index(buf))
@@ -275,15 +254,15 @@ def _mma_warps(q_s, qr_s, w_s, wr_s, scw_s, p_s, q_ready, q_empty, w_ready, w_fr
                     # q's chunks through an opaque 0 (see `gluon_common.opaque_zero`)
                     dyn = opaque_zero(c)
                     mbarrier.wait(w_ready.index(buf), (c // 2) & 1)
-                    s_rope = warpgroup_mma(wr_s.index(buf), qr_s.permute((1, 0)),
+                    s_rope = warpgroup_mma(_bf16(wr_s.index(buf), D_ROPE), qr_s.permute((1, 0)),
                                            gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False,
                                            is_async=True)
-                    s_lat = warpgroup_mma(w_s.index(buf * N_CHUNKS), q_s.index(dyn).permute((1, 0)),
+                    s_lat = warpgroup_mma(_bf16(w_s.index(buf * N_CHUNKS), CHUNK), q_s.index(dyn).permute((1, 0)),
                                           gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False,
                                           is_async=True)
                     for ch in gl.static_range(1, N_CHUNKS):
-                        s_lat = warpgroup_mma(w_s.index(buf * N_CHUNKS + ch), q_s.index(ch + dyn).permute((1, 0)),
-                                              s_lat, is_async=True)
+                        s_lat = warpgroup_mma(_bf16(w_s.index(buf * N_CHUNKS + ch), CHUNK),
+                                              q_s.index(ch + dyn).permute((1, 0)), s_lat, is_async=True)
                     sc = scw_s.index(buf).load(key_l)
                     s_rope, s_lat = warpgroup_mma_wait(num_outstanding=0, deps=(s_rope, s_lat))
                     # W holds the unscaled latent: the key's scale multiplies its latent logits
@@ -303,10 +282,14 @@ def _mma_warps(q_s, qr_s, w_s, wr_s, scw_s, p_s, q_ready, q_empty, w_ready, w_fr
                     gl.thread_barrier()
                     pt = p_s.permute((1, 0))
                     wb = buf * N_CHUNKS
-                    o0 = warpgroup_mma(w_s.index(wb).permute((1, 0)), pt, o0 * alpha[None, :], is_async=True)
-                    o1 = warpgroup_mma(w_s.index(wb + 1).permute((1, 0)), pt, o1 * alpha[None, :], is_async=True)
-                    o2 = warpgroup_mma(w_s.index(wb + 2).permute((1, 0)), pt, o2 * alpha[None, :], is_async=True)
-                    o3 = warpgroup_mma(w_s.index(wb + 3).permute((1, 0)), pt, o3 * alpha[None, :], is_async=True)
+                    o0 = warpgroup_mma(_bf16(w_s.index(wb), CHUNK).permute((1, 0)), pt, o0 * alpha[None, :],
+                                       is_async=True)
+                    o1 = warpgroup_mma(_bf16(w_s.index(wb + 1), CHUNK).permute((1, 0)), pt, o1 * alpha[None, :],
+                                       is_async=True)
+                    o2 = warpgroup_mma(_bf16(w_s.index(wb + 2), CHUNK).permute((1, 0)), pt, o2 * alpha[None, :],
+                                       is_async=True)
+                    o3 = warpgroup_mma(_bf16(w_s.index(wb + 3), CHUNK).permute((1, 0)), pt, o3 * alpha[None, :],
+                                       is_async=True)
                     o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
                     mbarrier.arrive(w_free.index(buf))
                     c += 1
@@ -366,11 +349,11 @@ def _store_chunks(ptr, row_off, o0, o1, o2, o3, inv, rows_ok, KEEP: gl.constexpr
 @gluon.jit(do_not_specialize=["batch", "num_heads", "mask_code", "window", "page_size", "page_rows", "layer_row0"])
 def _mla_decode_ws16_kernel(
     q_desc, qr_desc, lat_desc, rope_desc, out_ptr, lse_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr,
-    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr, rows_ptr,
+    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr,
     batch, num_heads, mask_code, window, qk_scale, page_size, page_rows, layer_row0, s_layer_off,
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-    stride_s_b, stride_s_s, row_bytes,
-    HAS_SINK: gl.constexpr, PREFETCH: gl.constexpr, PROBE: gl.constexpr, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr, WIDEN_REGS: gl.constexpr,
+    stride_s_b, stride_s_s,
+    HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr, WIDEN_REGS: gl.constexpr,
     LOADER_REGS: gl.constexpr,
 ):
     """Program w: worker w's span of the schedule. The cache is read through `lat_desc` and `rope_desc`, its
@@ -382,12 +365,12 @@ def _mla_decode_ws16_kernel(
     q_s = gl.allocate_shared_memory(gl.bfloat16, [N_CHUNKS, ROWS, CHUNK], q_desc.layout)
     qr_s = gl.allocate_shared_memory(gl.bfloat16, [ROWS, D_ROPE], qr_desc.layout)
     # the ring: SLOTS slots of 32 rows (latent bytes, rope bytes, scales)
-    raw_s = gl.allocate_shared_memory(gl.float32, [SLOTS, HALF, D_LAT // 4], lat_desc.layout)
-    rr_s = gl.allocate_shared_memory(gl.float32, [SLOTS, HALF, D_ROPE // 2], rope_desc.layout)
+    raw_s = gl.allocate_shared_memory(gl.int32, [SLOTS, HALF, D_LAT // 4], lat_desc.layout)
+    rr_s = gl.allocate_shared_memory(gl.int32, [SLOTS, HALF, D_ROPE // 2], rope_desc.layout)
     sc_s = gl.allocate_shared_memory(gl.float32, [SLOTS, HALF], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     # two widened blocks: latent W (4 chunks each), rope and scales
-    w_s = gl.allocate_shared_memory(gl.bfloat16, [2 * N_CHUNKS, BLOCK_N, CHUNK], _bf16_tile())
-    wr_s = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, D_ROPE], _bf16_tile())
+    w_s = gl.allocate_shared_memory(gl.int32, [2 * N_CHUNKS, BLOCK_N, CHUNK // 2], _i32_tile())
+    wr_s = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, D_ROPE // 2], _i32_tile())
     scw_s = gl.allocate_shared_memory(gl.float32, [2, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     p_s = gl.allocate_shared_memory(gl.bfloat16, [ROWS, BLOCK_N], _bf16_tile())
     k_ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
@@ -417,5 +400,5 @@ def _mla_decode_ws16_kernel(
         (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
                    k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch,
                    num_heads, mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b,
-                   stride_s_s, stride_lt_b, rows_ptr, row_bytes, SLOTS, PREFETCH, PROBE)),
+                   stride_s_s, stride_lt_b, SLOTS)),
     ], [WIDEN_WARPS, 1], [WIDEN_REGS, LOADER_REGS])

@@ -339,9 +339,6 @@ WS16_SLOTS = 3
 WS16_WIDEN_WARPS = 8
 WS16_WIDEN_REGS = 96
 WS16_LOADER_REGS = 48
-# blocks the loader prefetches into L2 ahead of its copies (0: none)
-WS16_PREFETCH = 0
-WS16_PROBE = 0  # timing probes (wrong values): 1 no scale copies, 2 no rope copies, 4 no latent copies
 
 
 def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
@@ -350,9 +347,9 @@ def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
     batch = cache_lengths.shape[0]
     num_workers = schedule.shape[0] - 1 - batch
     lat2d, page_rows, layer_row0 = _ws_cache_rows(blocks, layer_idx, torch.float8_e4m3fn)
-    # the 640-byte rows as float32 values (bits copied as they are): boxes of the 128 latent and the 32 rope
+    # the 640-byte rows as int32 values (bits copied as they are): boxes of the 128 latent and the 32 rope
     # columns of 32 rows (a ring slot)
-    rows32 = lat2d.view(torch.uint8).view(torch.float32)
+    rows32 = lat2d.view(torch.uint8).view(torch.int32)
     q2d = _ws_q_rows(q)
 
     def desc(x2d, block, dtype):
@@ -362,12 +359,12 @@ def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         GluonTensorDescriptor.from_tensor(rows32, [32, 128], gl.NVMMASharedLayout(0, 32, 2)),
         GluonTensorDescriptor.from_tensor(rows32, [32, 32], gl.NVMMASharedLayout(0, 32, 2)), out, lse,
         input_row_offsets, cache_lengths, lookup_table, schedule,
-        sink, part_out, part_lse, scales, lat2d.view(torch.uint8),
+        sink, part_out, part_lse, scales,
         batch, q.shape[1], mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows, layer_row0,
         layer_idx * scales.stride(2), lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0),
         lse.stride(1), part_out.stride(0), part_out.stride(1), part_lse.stride(0), scales.stride(0),
-        scales.stride(3), lat2d.stride(0),
-        HAS_SINK=sink is not lse, PREFETCH=WS16_PREFETCH, PROBE=WS16_PROBE, SLOTS=WS16_SLOTS, WIDEN_WARPS=WS16_WIDEN_WARPS, WIDEN_REGS=WS16_WIDEN_REGS,
+        scales.stride(3),
+        HAS_SINK=sink is not lse, SLOTS=WS16_SLOTS, WIDEN_WARPS=WS16_WIDEN_WARPS, WIDEN_REGS=WS16_WIDEN_REGS,
         LOADER_REGS=WS16_LOADER_REGS,
         num_warps=4, **pdl_kwargs(pdl))
 
