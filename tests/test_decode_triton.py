@@ -969,10 +969,12 @@ def test_gpu_fp8_two_programs_per_sm(q_kind, monkeypatch):
     """More workers than SMs (here asked for; the plan does it for big rope-aware FP8 batches) make the launcher
     pick the two-per-SM tile with a bf16 q (4 warps, 32 keys, 4 stages) and keep the 8-warp tile with an FP8 q:
     against the float32 reference, on a batch with a sequence of one key, short and long ones (16-row tiles:
-    one query token each); and a plan of a big batch has more workers than SMs. (The Gluon ring kernel, which
-    would take the bf16 q, is switched off: its own tests are below.)"""
+    one query token each); and a plan of a big batch has more workers than SMs. (The Gluon ring and 16-row
+    warp-specialized kernels, which would take the bf16 q, are switched off: their own tests are below.)"""
     from pagedmla.ops import _triton_decode
     monkeypatch.setattr(_triton_decode, "decode_ring_ready", lambda *a, **k: False)
+    monkeypatch.setattr(_triton_decode, "decode_ws16_ready", lambda *a, **k: False)
+    monkeypatch.setattr(_triton_decode, "ws16_planned", lambda *a, **k: False)
     picked = []
     pick = _triton_decode.heuristic
     monkeypatch.setattr(_triton_decode, "heuristic", lambda **kw: picked.append(pick(**kw)) or picked[-1])
@@ -1227,10 +1229,11 @@ def test_gpu_ring(heads, page_size, cache, new, kind, mask, window, parts, call_
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["bf16", "fp8"])
+@pytest.mark.parametrize("kind", ["bf16"])
 def test_gpu_ring_plan(kind, fp8_features, call_counter, monkeypatch):
     """The shipped chain on a batch made to count as big (`ring_worth_it` patched): the plan schedules two
-    workers per SM in 32-key units, and the public decode runs the ring kernel on it (mixed lengths, sinks)."""
+    workers per SM in 32-key units, and the public decode runs the ring kernel on it (mixed lengths, sinks).
+    (The rope-aware FP8 cache plans and runs the 16-row warp-specialized kernel: `test_gpu_ws16_plan`.)"""
     launches = call_counter(_triton_decode, "_launch_ring")
     monkeypatch.setattr(_triton_decode, "ring_worth_it", lambda **kw: True)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -1244,7 +1247,7 @@ def test_gpu_ring_plan(kind, fp8_features, call_counter, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["bf16", "fp16", "fp8"])
+@pytest.mark.parametrize("kind", ["bf16", "fp16"])
 def test_gpu_ring_public_dispatch(kind, fp8_features, call_counter):
     """The public decode takes the ring kernel on schedules of two workers per SM (what a plan for a big batch
     builds) and the Triton kernel on fewer workers, with the same answers."""
@@ -1309,6 +1312,133 @@ def test_gpu_ws16(heads, page_size, cache, new, mask, window, parts, call_counte
     run_ring_case(heads, page_size, cache, new, "fp8", mask=mask, window=window, sink=mask == "causal",
                   parts=parts, config=WS16, seed=heads + page_size)
     assert launches[0] == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("parts", [None, "two-per-sm", 7])
+def test_gpu_ws16_plan(parts, call_counter):
+    """The shipped chain on the rope-aware FP8 cache (bf16 q, 16 heads, one token): the plan schedules one
+    worker per SM (at most) in 64-key units, and the public decode runs the 16-row warp-specialized kernel on
+    it, and on other schedules too (mixed lengths, a sequence of one key, sinks)."""
+    launches = call_counter(_triton_decode, "_launch_ws16")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    cache = [2500, 0, 63, 4000, 129, 700]
+    pb, _ = batch(cache, [1] * 6, heads=16, head_size=576, page_size=64, dtype=torch.bfloat16, seed=5,
+                  device="cuda")
+    kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64)
+    if parts is None:
+        plan = pm.mla_decode_plan(pb.input_row_offsets, kv, num_heads=16, backend="triton")
+        assert plan.num_partitions <= sms and plan.granularity == 64
+    run_ring_case(16, 64, cache, [1] * 6, "fp8", sink=True, seed=5,
+                  parts=2 * sms if parts == "two-per-sm" else parts)
+    assert launches[0] == 1
+
+
+@pytest.mark.gpu
+def test_gpu_ws16_cuda_graph_replay(call_counter):
+    """A captured 16-head decode step over the rope-aware FP8 cache on the 16-row warp-specialized kernel
+    (plan, split pieces, combine) replays with new lengths, tables, cache contents (and scales) and queries,
+    matching the reference each time; unused slots hold NaN, the table huge ids past the used pages."""
+    launches = call_counter(_triton_decode, "_launch_ws16")
+    steps = [([500, 31, 2000], [1, 1, 1]), ([900, 3, 64], [1, 1, 1]), ([0, 1500, 7], [1, 1, 1])]
+    heads, rows = 16, 3
+    first = make_paged_batch(*steps[0], head_size=576, page_size=64, dtype=torch.bfloat16, seed=71,
+                             device="cuda", spare_blocks=80, spare_table_columns=40)
+    kv = pm.quantize_kv_cache(first.kv, rope_aware=True, qk_rope_head_dim=64).replace(max_seq_length=1)
+    static_q = torch.randn(rows, heads, 576, device="cuda").to(torch.bfloat16)
+    out = torch.full((rows, heads, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
+    plan = pm.mla_decode_plan(first.input_row_offsets, kv, num_heads=heads, backend="triton")
+    call = {"mask": "causal", "output": out, "plan": plan, "return_lse": True, "backend": "triton",
+            "per_token_scale_rope_aware": True}
+    pm.mla_decode_kv_cache_ragged(static_q, first.input_row_offsets, kv, 1, SCALE, **call)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _, lse = pm.mla_decode_kv_cache_ragged(static_q, first.input_row_offsets, kv, 1, SCALE, **call)
+    assert launches[0] == 2
+    for i, (cache, new) in enumerate(steps):
+        pb = make_paged_batch(cache, new, head_size=576, page_size=64, dtype=torch.bfloat16, seed=77 + i,
+                              device="cuda", spare_blocks=80, spare_table_columns=40)
+        step = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64)
+        kv.blocks.view(torch.uint8).fill_(0x7F)  # e4m3 NaN
+        kv.scales.fill_(float("nan"))
+        kv.blocks[: step.blocks.shape[0]].copy_(step.blocks)
+        kv.scales[: step.scales.shape[0]].copy_(step.scales)
+        kv.lookup_table.fill_(2**30)
+        kv.lookup_table[:, : step.lookup_table.shape[1]].copy_(step.lookup_table)
+        kv.cache_lengths.copy_(step.cache_lengths)
+        first.input_row_offsets.copy_(pb.input_row_offsets)
+        static_q.copy_(torch.randn(rows, heads, 576, device="cuda").to(torch.bfloat16))
+        pm.mla_decode_plan(first.input_row_offsets, kv, num_heads=heads, out=plan)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        pb_view = type(pb)(kv, first.input_row_offsets, list(cache), list(new))
+        want, want_lse = fp8_reference(pb_view, kv, static_q.float(), rope=64)
+        low, low_lse = fp8_lowprec(pb_view, kv, static_q.float(), torch.bfloat16, rope=64)
+        check_fp8_lowprec(out, lse, want, want_lse, low, low_lse)
+    assert launches[0] == 2
+
+
+def test_ws16_dispatch_rules(monkeypatch):
+    """`decode_ws16_ready` on a Hopper GPU (patched in; CPU tensors): a bf16 q (no q_scale) with the rope-aware
+    FP8 row and float32 scales, DeepSeek's dims, at most 16 rows per sequence, pages a multiple of 64 slots,
+    TMA-readable q and cache. The plan expects the kernel for the same caches and row counts, and the config
+    heuristic takes it for 16-row tiles only, never in the interpreter."""
+    monkeypatch.setattr(_triton_decode, "_WS_AVAILABLE", True)
+    monkeypatch.setattr(_triton_decode, "is_hopper", lambda device: True)
+    q = torch.empty(3, 16, 576, dtype=torch.bfloat16)
+    out = torch.empty(3, 16, 512, dtype=torch.bfloat16)
+    fp8 = torch.empty(4, 1, 2, 64, 1, 640, dtype=torch.float8_e4m3fn)
+    scales = torch.empty(4, 1, 2, 64, 1, 1)
+    ready = _triton_decode.decode_ws16_ready
+    assert ready(q, fp8, out, scales, None, True, 1, 1)
+    q8, out8 = torch.empty(3, 8, 576, dtype=torch.bfloat16), torch.empty(3, 8, 512, dtype=torch.bfloat16)
+    assert ready(q8, fp8, out8, scales, None, True, 1, 2)  # 8 heads x 2 tokens
+    assert not ready(q8, fp8, out8, scales, None, True, 1, 3)  # 24 rows
+    assert not ready(q[:, :8], fp8, out[:, :8], scales, None, True, 1, 1)  # q's heads not rows of one 2-D view
+    assert not ready(q, fp8, out, scales, None, True, 1, 2)
+    assert not ready(q, fp8, out, None, None, True, 1, 1)
+    assert not ready(q, fp8, out, scales.double(), None, True, 1, 1)
+    assert not ready(q, fp8, out, scales, torch.ones(3), True, 1, 1)  # an FP8 q's scale
+    assert not ready(q.half(), fp8, out.half(), scales, None, True, 1, 1)
+    assert not ready(q, fp8, out, scales, None, False, 1, 1)
+    assert not ready(q, torch.empty(4, 1, 2, 32, 1, 640, dtype=torch.float8_e4m3fn), out, scales, None, True, 1, 1)
+    assert not ready(q[:, :, :320], fp8, out, scales, None, True, 1, 1)
+    monkeypatch.setattr(_triton_decode, "interpreter_enabled", lambda: False)
+    cuda = torch.device("cuda")
+    rope = KVCacheParams(1, 640, True, 64, 1, torch.float8_e4m3fn, quantization_granularity=640,
+                         per_token_scale_rope_aware=True)
+    assert _triton_decode.ws16_planned(rope, num_heads=16, max_q=1, device=cuda)
+    assert not _triton_decode.ws16_planned(rope, num_heads=16, max_q=2, device=cuda)
+    assert not _triton_decode.ws16_planned(KVCacheParams(1, 640, True, 32, 1, torch.float8_e4m3fn,
+                                                         quantization_granularity=640,
+                                                         per_token_scale_rope_aware=True),
+                                           num_heads=16, max_q=1, device=cuda)
+    assert not _triton_decode.ws16_planned(KVCacheParams(1, 576, True, 64, 1, torch.bfloat16), num_heads=16,
+                                           max_q=1, device=cuda)
+    cfg = _triton_decode.plan_config(batch=128, num_heads=16, max_q=1, max_keys=4096, device=torch.device("cpu"),
+                                     rope_aware_fp8=True, ws16=True)
+    assert cfg.num_workers <= 4 and cfg.granularity == 64  # the interpreter's and CPU's 4 "SMs"
+    from pagedmla.configs.decode import WS16
+    common = dict(kv_lora_rank=512, rope_dim=64, q_dtype=torch.bfloat16, cache_dtype=torch.float8_e4m3fn,
+                  compute_dtype=torch.bfloat16)
+    assert heuristic(num_heads=16, max_q=1, ws16=True, **common) == WS16
+    assert heuristic(num_heads=16, max_q=1, ws16=True, ring=True, **common) == WS16
+    assert heuristic(num_heads=16, max_q=2, ws16=True, **common) != WS16
+    assert heuristic(num_heads=16, max_q=1, ws16=True, interpret=True, **common) != WS16
+    monkeypatch.setattr(_triton_decode, "is_hopper", lambda device: False)
+    assert not ready(q, fp8, out, scales, None, True, 1, 1)
+    assert not _triton_decode.ws16_planned(rope, num_heads=16, max_q=1, device=cuda)
+
+
+def test_ws16_config_needs_a_call_it_can_take():
+    """The ws16 config on a call the kernel cannot take (here: the interpreter, or a bf16 cache) is a
+    ValueError naming it, not a launch."""
+    pb, q = batch([40, 7], [1, 1], heads=4, page_size=16, seed=111)
+    from pagedmla.configs.decode import WS16
+    with pytest.raises(ValueError, match="ws16"):
+        run_launcher(pb, pb.kv, q, WS16, parts=2)
 
 
 # ------------------------------------------------------------- CPU tier: the ring kernel's dispatch rules

@@ -31,6 +31,7 @@ CASES = [
     ("decode-ring-s2", "dense Gluon ring kernel, bf16"),
     ("decode-ring-s2-fp8", "dense Gluon ring kernel, rope-aware FP8"),
     ("decode-ws", "dense warp-specialized Gluon kernel"),
+    ("decode-ws16", "dense warp-specialized 16-row Gluon kernel, rope-aware FP8"),
     ("decode-bf16-h16", "dense Triton kernel"),
     ("decode-fp8-h128", "dense Triton kernel, FP8"),
     ("combine-p2-r4-dv512-w4", "dense combine"),

@@ -172,7 +172,8 @@ def programs_per_sm(*, num_heads: int, max_q: int, batch: int, max_keys: int, ro
 def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q_dtype: torch.dtype,
               cache_dtype: torch.dtype, batch: int = 64, interpret: bool = False,
               compute_dtype: torch.dtype | None = None, tile_scales: bool = False,
-              programs_per_sm: int = 1, warp_specialized: bool = False, ring: bool = False) -> DecodeConfig:
+              programs_per_sm: int = 1, warp_specialized: bool = False, ring: bool = False,
+              ws16: bool = False) -> DecodeConfig:
     """Tiles for one decode call (measured on an H200, see benchmarks/decode_probe.py).
 
     Every tile takes 8 warps: a 64-row tile needs two warpgroups for its `[64, kv_lora_rank]` float32
@@ -206,6 +207,13 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     167.0 us, B128 N4096 495.8 -> 322.4, B128 N8192 954.0 -> 612.5, B1 N16384 41.2 -> 32.3, MTP 2 / 4 tokens at
     B64 N4096 477.2 -> 314.3 and 964.7 -> 615.2.
 
+    `ws16` (the launcher's `decode_ws16_ready`: Hopper, a bf16 q with the rope-aware FP8 cache, at most 16 rows
+    per sequence, pages a multiple of 64 slots, TMA-readable q and cache): the Gluon kernel
+    `pagedmla.kernels.mla_decode_ws16` (`WS16`), whose plan schedules one worker per SM (`ops._triton_decode.
+    ws16_planned`). On the H200 (benchmarks/experiments/ws16_variants.py, BENCHMARKS.md, nineteenth session)
+    against the ring kernel at its two workers per SM: 16 heads, one token, B64 N4096 109.9 -> 81.1 us, B128
+    N4096 207.8 -> 147.0 us; B1 N16384 17.2 -> 13.5 us against the Triton tile. Other shapes were not timed.
+
     `ring` (the launcher's `decode_ring_ready`: Hopper, a bf16/fp16 cache or the rope-aware FP8 one with a bf16 q,
     512 + 64 dims, at most 16 rows per sequence): the Gluon ring kernel `pagedmla.kernels.mla_decode_ring`
     (`RING`), whose plan schedules two workers per SM (`programs_per_sm`).
@@ -236,6 +244,8 @@ def heuristic(*, num_heads: int, max_q: int, kv_lora_rank: int, rope_dim: int, q
     if warp_specialized and (block_m == 64 and num_heads % 64 == 0
                              or block_m >= 32 and num_heads in (16, 32)):
         return WARP_SPECIALIZED
+    if ws16 and block_m <= 16:
+        return WS16
     if ring and block_m <= 16:
         return RING
     if compute_dtype is not None:

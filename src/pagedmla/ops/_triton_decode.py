@@ -86,11 +86,12 @@ def pdl_kwargs(pdl: bool) -> dict:
 
 def plan_config(*, batch: int, num_heads: int, max_q: int, max_keys: int, device: torch.device,
                 num_partitions: int | None = None, rope_aware_fp8: bool = False,
-                ring: bool = False) -> DecodePlanConfig:
+                ring: bool = False, ws16: bool = False) -> DecodePlanConfig:
     """The schedule parameters `plan` uses (num_partitions, when given, fixes the worker count; `ring`: the
-    calls will run the Gluon ring kernel, see `ring_planned`)."""
-    per_sm = programs_per_sm(num_heads=num_heads, max_q=max_q, batch=batch, max_keys=max_keys,
-                             rope_aware_fp8=rope_aware_fp8, ring=ring)
+    calls will run the Gluon ring kernel, see `ring_planned`; `ws16`: the 16-row warp-specialized kernel, one
+    program per SM, see `ws16_planned`)."""
+    per_sm = 1 if ws16 else programs_per_sm(num_heads=num_heads, max_q=max_q, batch=batch, max_keys=max_keys,
+                                            rope_aware_fp8=rope_aware_fp8, ring=ring)
     cfg = plan_heuristic(batch=batch, num_heads=num_heads, max_q=max_q, max_keys=max_keys,
                          num_sms=_num_sms(device), interpret=interpreter_enabled(), programs_per_sm=per_sm)
     if num_partitions is not None:
@@ -131,11 +132,13 @@ def plan(input_row_offsets, kv_collection, num_heads: int, num_partitions: int |
     """`mla_decode_plan` for the Triton backend: schedule `num_partitions` workers (None: the heuristic's)."""
     batch = kv_collection.batch_size
     device = kv_collection.device
+    ws16 = ws16_planned(kv_collection.params, num_heads=num_heads, max_q=max_q, device=device)
     cfg = plan_config(batch=batch, num_heads=num_heads, max_q=max_q, max_keys=max_keys, device=device,
                       num_partitions=num_partitions,
                       rope_aware_fp8=kv_collection.params.per_token_scale_rope_aware,
-                      ring=ring_planned(kv_collection.params, num_heads=num_heads, max_q=max_q, device=device,
-                                        batch=batch, max_keys=max_keys))
+                      ring=not ws16 and ring_planned(kv_collection.params, num_heads=num_heads, max_q=max_q,
+                                                     device=device, batch=batch, max_keys=max_keys),
+                      ws16=ws16)
     schedule = torch.empty((1 + cfg.num_workers + batch, 4), dtype=torch.int32, device=device)
     fill_schedule(schedule, input_row_offsets, kv_collection.cache_lengths, cfg)
     args = torch.tensor([batch, max_q, cfg.num_workers, max_keys], dtype=torch.int32, device=device)
@@ -242,6 +245,16 @@ def ring_planned(params, *, num_heads: int, max_q: int, device: torch.device, ba
             and ring_worth_it(batch=batch, max_keys=max_keys))
 
 
+def ws16_planned(params, *, num_heads: int, max_q: int, device: torch.device) -> bool:
+    """Whether a plan should schedule the 16-row warp-specialized kernel (`decode_ws16_ready` without the
+    tensors: q is assumed bf16), one worker per SM: the rope-aware FP8 cache with pages of a multiple of 64
+    slots, at most 16 rows per sequence, on Hopper. A call that turns out not to fit runs another kernel on the
+    same schedule."""
+    return (_WS_AVAILABLE and not interpreter_enabled() and is_hopper(device) and params.per_token_scale_rope_aware
+            and num_heads * max(1, max_q) <= 16 and params.page_size % 64 == 0
+            and ring_dtypes_ok(torch.bfloat16, params.dtype, params.head_size, True))
+
+
 def decode_ring_ready(q, blocks, out, scales, q_scale, rope_aware: bool, max_q: int) -> bool:
     """Whether the Gluon ring kernel (`kernels.mla_decode_ring`) can take this call: Triton 3.6 on a Hopper GPU;
     q and cache both bf16 or both fp16 without scales, or a bf16 q with the rope-aware FP8 cache (its scales
@@ -336,7 +349,7 @@ def decode_ws16_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_i
 # shared-memory ring slots (32 rows each) of `_mla_decode_ws16_kernel` (3: 225 KB in all), its widen warps and
 # the registers of its widen and loader partitions
 WS16_SLOTS = 3
-WS16_WIDEN_WARPS = 8
+WS16_WIDEN_WARPS = 4
 WS16_WIDEN_REGS = 96
 WS16_LOADER_REGS = 48
 
@@ -411,6 +424,8 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
                                               layer_idx)
     ring_ok = not interpret and decode_ring_ready(q, blocks, out, scales, q_scale if q_fp8 else None, rope_aware,
                                                   max_q)
+    ws16_ok = not interpret and decode_ws16_ready(q, blocks, out, scales, q_scale if q_fp8 else None, rope_aware,
+                                                  layer_idx, max_q)
     # the heuristic takes the ring kernel only on schedules of more workers than SMs (a plan for it schedules
     # two per SM)
     ring_pick = ring_ok and num_workers > _num_sms(q.device)
@@ -421,7 +436,7 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
         config = heuristic(num_heads=num_heads, max_q=max_q, kv_lora_rank=kv_lora_rank, rope_dim=rope,
                            q_dtype=q.dtype, cache_dtype=blocks.dtype, batch=batch, interpret=interpret,
                            compute_dtype=cd if quant else None, tile_scales=modes[0] in (2, 3),
-                           programs_per_sm=per_sm, warp_specialized=ws_ok, ring=ring_pick)
+                           programs_per_sm=per_sm, warp_specialized=ws_ok, ring=ring_pick, ws16=ws16_ok)
     cfg = config
     if cfg.ring_slots and not ring_ok:
         raise ValueError(f"Invalid config: expected ring_slots 0 for a call the Gluon ring kernel cannot take "
@@ -441,8 +456,7 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
     pdl = programmatic_launch(q.device, interpret)
     s_strides = (scales.stride(0), scales.stride(2), scales.stride(3)) if scales is not None else (0, 0, 0)
     if cfg.ws16:
-        if not (not interpret and decode_ws16_ready(q, blocks, out, scales, q_scale if q_fp8 else None, rope_aware,
-                                                    layer_idx, max_q)):
+        if not ws16_ok:
             raise ValueError("Invalid config: expected ws16 False for a call the Gluon 16-row kernel cannot take "
                              "(see decode_ws16_ready), got True")
         _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code,
