@@ -11,19 +11,25 @@ shared memory, and the widening runs on warps of its own.
 
 Work decomposition: program w is worker w of the split-KV schedule (`pagedmla.kernels.mla_decode`), one tile of
 the sequence's up to 16 rows (row = token x H + head), pieces as in `pagedmla.kernels.mla_decode_ws` (64-key
-blocks; pages are multiples of 64 slots). Three partitions:
-- loader (1 warp): per piece, q's rows by TMA (once the previous piece's are read); per block, the rows' 512
-  latent and 128 rope bytes by TMA (two boxes of whole rows) and their scales by `cp.async`, into a ring of
-  SLOTS slots, all completing one barrier (`k_ready`);
-- widen (WIDEN_WARPS warps): each block's latent, chunk by chunk (128 columns), widened exactly to bf16 into the
-  tile W (`pagedmla.kernels.fp8`'s conversion; value rows of keys outside the piece's range written as zeros:
-  unused cache slots may hold NaN), and its rope into a bf16 tile with chunk 0, once the previous block's
-  P @ V is done with that chunk (`w_free`), then `w_ready`;
+blocks; pages are multiples of 64 slots); one program per SM (225 KB of shared memory). Three partitions:
+- loader (1 warp): per piece, q's rows by TMA (once the previous piece's are read); per block, two halves of 32
+  rows, each into a slot of a ring of SLOTS slots: the rows' 512 latent and 128 rope bytes by TMA (two boxes of
+  whole rows, the rows viewed as int32) and their scales by `cp.async`, all completing the slot's `k_ready`.
+  The table entries come 32 blocks per load, one load ahead;
+- widen (WIDEN_WARPS warps): each block into one of two W buffers once the MMA warps are done with that
+  buffer's previous block (`w_free`): the latent widened exactly to bf16 (`pagedmla.kernels.fp8`'s
+  conversion), the rope and the scales copied; each ring slot released as soon as it is read, one `w_ready`
+  per block;
 - MMA (the default 4 warps): S^T `[64, 16]` = W q_lat^T (scaled by each key's scale) + rope q_rope^T, the
   online softmax down the keys, P^T (times the keys' scales, since W holds the unscaled latent) into shared
-  memory, and O^T `[512, 16]` += W^T P^T in four 128-column chunks, each released to the widen warps as it
-  completes. A whole sequence is finished here (sink, normalization), a piece of a split one is written with
-  its LSE to the partial slot `2w` or `2w + 1` for `mla_decode._mla_decode_combine_kernel`.
+  memory, and O^T `[512, 16]` += W^T P^T in four 128-column chunks, then the buffer back to the widen warps.
+  A whole sequence is finished here (sink, normalization), a piece of a split one is written with its LSE to
+  the partial slot `2w` or `2w + 1` for `mla_decode._mla_decode_combine_kernel`.
+
+Where the time goes (H200, 16 heads, B64 N4096, benchmarks/experiments/ws16_timeline.py, BENCHMARKS.md,
+nineteenth session): about 2.2 us per 64-key block, set by the widen warps (2.1 us busy per block); the MMA
+warps are busy 1.7 us of it (logits 0.5, softmax 0.7, P @ V 0.45). Leaving the copies out entirely (timing
+probes) changed nothing, so the copies are not what bounds it.
 
 Compiled for sm_90 only (warpgroup MMAs, TMA); tested in the gpu tier against the reference.
 Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave the kernel in natural log.

@@ -347,7 +347,8 @@ def decode_ws16_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_i
 
 
 # shared-memory ring slots (32 rows each) of `_mla_decode_ws16_kernel` (3: 225 KB in all), its widen warps and
-# the registers of its widen and loader partitions
+# the registers of its widen and loader partitions. H200 (ws16_variants.py, BENCHMARKS.md, nineteenth session):
+# 4 widen warps B64 N4096 81.1 us, B128 147.0, B1 N16384 13.5; 8 warps 83.1, 152.4, 13.7
 WS16_SLOTS = 3
 WS16_WIDEN_WARPS = 4
 WS16_WIDEN_REGS = 96
