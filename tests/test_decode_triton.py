@@ -969,8 +969,10 @@ def test_gpu_fp8_two_programs_per_sm(q_kind, monkeypatch):
     """More workers than SMs (here asked for; the plan does it for big rope-aware FP8 batches) make the launcher
     pick the two-per-SM tile with a bf16 q (4 warps, 32 keys, 4 stages) and keep the 8-warp tile with an FP8 q:
     against the float32 reference, on a batch with a sequence of one key, short and long ones (16-row tiles:
-    one query token each); and a plan of a big batch has more workers than SMs. (The Gluon ring and 16-row
-    warp-specialized kernels, which would take the bf16 q, are switched off: their own tests are below.)"""
+    one query token each); and a plan of a big batch has more workers than SMs when it does not expect the
+    16-row warp-specialized kernel. (That kernel and the Gluon ring, which would take the bf16 q, are switched
+    off, and so is the plan's expectation of the former: their own tests are below. With it, a plan for this
+    cache schedules one worker per SM: `test_gpu_ws16_plan`.)"""
     from pagedmla.ops import _triton_decode
     monkeypatch.setattr(_triton_decode, "decode_ring_ready", lambda *a, **k: False)
     monkeypatch.setattr(_triton_decode, "decode_ws16_ready", lambda *a, **k: False)
@@ -1229,11 +1231,12 @@ def test_gpu_ring(heads, page_size, cache, new, kind, mask, window, parts, call_
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["bf16"])
+@pytest.mark.parametrize("kind", ["bf16", "fp8"])
 def test_gpu_ring_plan(kind, fp8_features, call_counter, monkeypatch):
     """The shipped chain on a batch made to count as big (`ring_worth_it` patched): the plan schedules two
     workers per SM in 32-key units, and the public decode runs the ring kernel on it (mixed lengths, sinks).
-    (The rope-aware FP8 cache plans and runs the 16-row warp-specialized kernel: `test_gpu_ws16_plan`.)"""
+    Pages of 32 slots: with pages of 64 or a multiple the rope-aware FP8 cache plans and runs the 16-row
+    warp-specialized kernel instead (`test_gpu_ws16_plan`)."""
     launches = call_counter(_triton_decode, "_launch_ring")
     monkeypatch.setattr(_triton_decode, "ring_worth_it", lambda **kw: True)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -1404,6 +1407,10 @@ def test_ws16_dispatch_rules(monkeypatch):
     assert not ready(q.half(), fp8, out.half(), scales, None, True, 1, 1)
     assert not ready(q, fp8, out, scales, None, False, 1, 1)
     assert not ready(q, torch.empty(4, 1, 2, 32, 1, 640, dtype=torch.float8_e4m3fn), out, scales, None, True, 1, 1)
+    padded = torch.empty(4, 1, 2, 64, 1, 648, dtype=torch.float8_e4m3fn)[..., :640]  # rows 648 bytes apart
+    assert not ready(q, padded, out, scales, None, True, 1, 1)  # not whole TMA rows of 16-byte multiples
+    assert not ready(q, torch.empty(4, 1, 2, 64, 1, 656, dtype=torch.float8_e4m3fn), out, scales, None, True, 1, 1)
+    assert not ready(q, fp8, torch.empty(3, 16, 1024, dtype=torch.bfloat16)[..., ::2], scales, None, True, 1, 1)
     assert not ready(q[:, :, :320], fp8, out, scales, None, True, 1, 1)
     monkeypatch.setattr(_triton_decode, "interpreter_enabled", lambda: False)
     cuda = torch.device("cuda")

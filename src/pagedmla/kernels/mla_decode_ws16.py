@@ -98,8 +98,9 @@ def _entry_layout():
 
 @gluon.jit
 def _table_entries(lookup_row, k_lo, hi, page_size, first, n_blocks):
-    """The table entries of blocks `[first, first + ENTRIES)` of the piece (blocks past `n_blocks`: 0, unused;
-    a block reaching past hi takes its last key's entry, a used page)."""
+    """The table entries of blocks `[first, first + ENTRIES)` of the piece (blocks past `n_blocks`: 0, unused).
+    A block's entry is its first key's (clamped to hi - 1, a used page: a guard only, since every block of the
+    piece starts below hi)."""
     i = first + gl.arange(0, ENTRIES, _entry_layout())
     k0 = k_lo + i * BLOCK_N
     return gl.load(lookup_row + gl.minimum(k0, hi - 1) // page_size, mask=i < n_blocks, other=0)
