@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: the 16-row warp-specialized FP8 decode (`kernels.mla_decode_ws16`)
-# as the shipped path for the rope-aware FP8 cache: the whole dense decode gpu tier and the fuzz tier's dense
-# cases, then the harness at 16 heads (bf16 and FP8; B64, B128 N4096; B1 N16384).
+# One device call (edit per session). This one: the fp16 variant of the 16-row warp-specialized FP8 decode
+# (`kernels.mla_decode_ws16`, WS16_F16): its gpu tests with the knob on, then both variants timed in one process
+# (B64 and B128 N4096, B1 N16384) and the fp16 variant's timeline.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-PYTHONPATH=src timeout 330 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py \
-  tests/test_fuzz_triton.py -k "not chunked_prefill" > "$OUT/gpu-tests-$COMMIT.txt" 2>&1
-rc=$?
-echo "tests rc $rc"; tail -1 "$OUT/gpu-tests-$COMMIT.txt"; grep -E "^FAILED|^E  " "$OUT/gpu-tests-$COMMIT.txt" | head -20
-f="$OUT/bench-decode-h16-$COMMIT.txt"
-PYTHONPATH=src timeout 100 python3 -m pagedmla.cli bench decode --heads 16 --batch 64 128 --keys 4096 \
-  --kv-dtype bf16 fp8 --no-reference --commit "$COMMIT" --json "$OUT/bench-decode-h16-$COMMIT.json" > "$f" 2>&1
-echo "bench rc $?"
-PYTHONPATH=src timeout 60 python3 -m pagedmla.cli bench decode --heads 16 --batch 1 --keys 16384 \
-  --kv-dtype bf16 fp8 --no-reference --commit "$COMMIT" >> "$f" 2>&1
-echo "bench b1 rc $?"
-grep -vE "^\s*$" "$f" | cut -c1-150 | tail -24
+f="$OUT/gpu-tests-f16-$COMMIT.txt"
+PYTHONPATH=src timeout 240 python3 - > "$f" 2>&1 <<'PY'
+import sys
+import pytest
+from pagedmla.ops import _triton_decode
+_triton_decode.WS16_F16 = True
+sys.exit(pytest.main(["-q", "-m", "gpu", "-p", "no:cacheprovider", "-rf", "-x", "tests/test_decode_triton.py",
+                      "-k", "ws16"]))
+PY
+echo "tests (f16) rc $?"; tail -1 "$f"; grep -E "^FAILED|^E  " "$f" | head -12
+f="$OUT/variants-$COMMIT.txt"
+PYTHONPATH=src:benchmarks timeout 150 python3 benchmarks/experiments/ws16_variants.py --case 64,4096 \
+  --case 128,4096 --case 1,16384 --variant f16=0 --variant f16=1 > "$f" 2>&1
+echo "variants rc $?"; cat "$f" | cut -c1-150
+f="$OUT/timeline-f16-$COMMIT.txt"
+PYTHONPATH=src timeout 90 python3 benchmarks/experiments/ws16_timeline.py --case 64,4096 --set F16=1 \
+  --json "$OUT/timeline-f16-$COMMIT.json" > "$f" 2>&1
+echo "timeline rc $?"; grep -v "^\s*$" "$f" | cut -c1-220 | tail -12
