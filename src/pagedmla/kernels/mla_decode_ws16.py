@@ -316,7 +316,8 @@ def _widener(raw_s, rr_s, sc_s, w_s, wr_s, scw_s, fw_s, k_ready, k_empty, w_read
                 f = _pow2_below(gl.maximum(gl.max(gl.abs(sc0), axis=0), gl.max(gl.abs(sc1), axis=0)))
                 sc0 = sc0 / f
                 sc1 = sc1 / f
-                fw_s.index(buf).store(gl.zeros([ROWS], gl.float32, sc_layout) + f)
+                # (32 copies, in the scales' layout: a [16] vector in it was stored as 32 values, past its end)
+                fw_s.index(buf).store(gl.zeros([HALF], gl.float32, sc_layout) + f)
             scw_s.index(buf).slice(0, HALF).store(sc0)
             scw_s.index(buf).slice(HALF, HALF).store(sc1)
             fence_async_shared()  # the MMAs read W through the async proxy
@@ -373,7 +374,7 @@ def _mma_warps(q_s, qr_s, w_s, wr_s, scw_s, fw_s, p_s, q_ready, q_empty, w_ready
                                               _q_view(q_s, ch + dyn, F16), s_lat, is_async=True)
                     sc = scw_s.index(buf).load(key_l)
                     if F16:
-                        f = fw_s.index(buf).load(col_l)
+                        f = fw_s.index(buf).slice(0, ROWS).load(col_l)
                         col_scale = qk_lat * f
                     s_rope, s_lat = warpgroup_mma_wait(num_outstanding=0, deps=(s_rope, s_lat))
                     # W holds the unscaled latent: the key's scale multiplies its latent logits (F16: the scale
@@ -491,7 +492,7 @@ def _mla_decode_ws16_kernel(
     w_s = gl.allocate_shared_memory(gl.int32, [2 * N_CHUNKS, BLOCK_N, CHUNK // 2], _i32_tile())
     wr_s = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, D_ROPE // 2], _i32_tile())
     scw_s = gl.allocate_shared_memory(gl.float32, [2, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    fw_s = gl.allocate_shared_memory(gl.float32, [2, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [0]))  # F16's f
+    fw_s = gl.allocate_shared_memory(gl.float32, [2, HALF], gl.SwizzledSharedLayout(1, 1, 1, [0]))  # F16's f
     p_s = gl.allocate_shared_memory(gl.bfloat16, [ROWS, BLOCK_N], _bf16_tile())
     k_ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
