@@ -12,7 +12,7 @@ import sys
 import pytest
 from pagedmla.ops import _triton_decode
 _triton_decode.WS16_F16 = True
-sys.exit(pytest.main(["-q", "-m", "gpu", "-p", "no:cacheprovider", "-rf", "-x", "tests/test_decode_triton.py",
+sys.exit(pytest.main(["-q", "-m", "gpu", "-p", "no:cacheprovider", "-rf", "tests/test_decode_triton.py",
                       "-k", "ws16"]))
 PY
 echo "tests (f16) rc $?"; tail -1 "$f"; grep -E "^FAILED|^E  " "$f" | head -12
