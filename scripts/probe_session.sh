@@ -16,8 +16,12 @@ sys.exit(pytest.main(["-q", "-m", "gpu", "-p", "no:cacheprovider", "-rf", "tests
                       "-k", "ws16"]))
 PY
 echo "tests (f16) rc $?"; tail -1 "$f"; grep -E "^FAILED|^E  " "$f" | head -12
-[ -f dbg_ws16.py ] && PYTHONPATH=src timeout 100 python3 dbg_ws16.py 2>&1 | tail -12
+[ -f dbg_ws16.py ] && PYTHONPATH=src timeout 100 python3 dbg_ws16.py 2>&1 | tail -20 | cut -c1-110
 f="$OUT/variants-$COMMIT.txt"
 PYTHONPATH=src:benchmarks timeout 150 python3 benchmarks/experiments/ws16_variants.py --case 64,4096 \
   --case 128,4096 --case 1,16384 --variant f16=0 --variant f16=1 > "$f" 2>&1
 echo "variants rc $?"; cat "$f" | cut -c1-150
+f="$OUT/timeline-f16-$COMMIT.txt"
+PYTHONPATH=src timeout 90 python3 benchmarks/experiments/ws16_timeline.py --case 64,4096 --set F16=1 \
+  --json "$OUT/timeline-f16-$COMMIT.json" > "$f" 2>&1
+echo "timeline rc $?"; grep -v "^\s*$" "$f" | cut -c1-250 | tail -3
