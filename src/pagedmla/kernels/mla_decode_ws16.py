@@ -227,21 +227,21 @@ def _latent_chunk(raw_s, st, ch: gl.constexpr, layout: gl.constexpr):
 
 
 @gluon.jit
-def _store_widened(w_s, buf, ch: gl.constexpr, h: gl.constexpr, x, F16: gl.constexpr):
+def _store_widened(wc_s, buf, h: gl.constexpr, x, F16: gl.constexpr):
     """`x` (`_latent_chunk`) widened to bf16 (`pagedmla.kernels.fp8`'s exact conversion) or, F16, to fp16 (the
     native conversion, exact too), 64 int32 pairs per row, into rows [32 h, 32 h + 32) of chunk ch of W buffer
-    buf."""
+    buf (`wc_s`: the chunk's allocation)."""
     if F16:
         lo2, hi2 = gl.inline_asm_elementwise(E4M3X4_TO_F16_ASM, "=r,=r,r", [x], dtype=(gl.int32, gl.int32),
                                              is_pure=True, pack=1)
     else:
         lo2, hi2 = gl.inline_asm_elementwise(E4M3X4_TO_BF16_ASM, "=r,=r,r", [x], dtype=(gl.int32, gl.int32),
                                              is_pure=True, pack=1)
-    w_s.index(buf * N_CHUNKS + ch).slice(h * HALF, HALF, dim=0).store(gl.join(lo2, hi2).reshape([HALF, CHUNK // 2]))
+    wc_s.index(buf).slice(h * HALF, HALF, dim=0).store(gl.join(lo2, hi2).reshape([HALF, CHUNK // 2]))
 
 
 @gluon.jit
-def _widen_half(raw_s, rr_s, sc_s, w_s, wr_s, k_ready, k_empty, buf, n, h: gl.constexpr, kh, lo, hi,
+def _widen_half(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, k_ready, k_empty, buf, n, h: gl.constexpr, kh, lo, hi,
                 SLOTS: gl.constexpr, F16: gl.constexpr, layout: gl.constexpr, sc_layout: gl.constexpr):
     """Half h (ring slot n % SLOTS: the block's rows [32 h, 32 h + 32), keys from kh) into W buffer buf and its
     rope tile; returns the half's scales. F16: rows of keys outside the piece's [lo, hi) are zeroed first (the
@@ -268,10 +268,10 @@ def _widen_half(raw_s, rr_s, sc_s, w_s, wr_s, k_ready, k_empty, buf, n, h: gl.co
         x1 = gl.where(ok, x1, 0)
         x2 = gl.where(ok, x2, 0)
         x3 = gl.where(ok, x3, 0)
-    _store_widened(w_s, buf, 0, h, x0, F16)
-    _store_widened(w_s, buf, 1, h, x1, F16)
-    _store_widened(w_s, buf, 2, h, x2, F16)
-    _store_widened(w_s, buf, 3, h, x3, F16)
+    _store_widened(w0_s, buf, h, x0, F16)
+    _store_widened(w1_s, buf, h, x1, F16)
+    _store_widened(w2_s, buf, h, x2, F16)
+    _store_widened(w3_s, buf, h, x3, F16)
     wr_s.index(buf).slice(h * HALF, HALF, dim=0).store(rope)
     return sc
 
@@ -284,7 +284,7 @@ def _pow2_below(x):
 
 
 @gluon.jit
-def _widener(raw_s, rr_s, sc_s, w_s, wr_s, scw_s, fw_s, k_ready, k_empty, w_ready, w_free, schedule_ptr,
+def _widener(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, fw_s, k_ready, k_empty, w_ready, w_free, schedule_ptr,
              offsets_ptr, cache_lengths_ptr, w, batch, num_heads, mask_code, window, SLOTS: gl.constexpr,
              WIDEN_WARPS: gl.constexpr, F16: gl.constexpr):
     """Each block into W buffer c % 2 once the MMA warps are done with its previous block (`w_free`): the e4m3
@@ -308,9 +308,9 @@ def _widener(raw_s, rr_s, sc_s, w_s, wr_s, scw_s, fw_s, k_ready, k_empty, w_read
             buf = c % 2
             kb = k_lo + i * BLOCK_N
             mbarrier.wait(w_free.index(buf), ((c // 2) & 1) ^ 1)
-            sc0 = _widen_half(raw_s, rr_s, sc_s, w_s, wr_s, k_ready, k_empty, buf, 2 * c, 0, kb, lo, hi, SLOTS, F16,
+            sc0 = _widen_half(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, k_ready, k_empty, buf, 2 * c, 0, kb, lo, hi, SLOTS, F16,
                               layout, sc_layout)
-            sc1 = _widen_half(raw_s, rr_s, sc_s, w_s, wr_s, k_ready, k_empty, buf, 2 * c + 1, 1, kb + HALF, lo, hi,
+            sc1 = _widen_half(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, k_ready, k_empty, buf, 2 * c + 1, 1, kb + HALF, lo, hi,
                               SLOTS, F16, layout, sc_layout)
             if F16:
                 # the block's scales over F, a power of two near their largest: P times them fits fp16 (the
@@ -329,7 +329,7 @@ def _widener(raw_s, rr_s, sc_s, w_s, wr_s, scw_s, fw_s, k_ready, k_empty, w_read
 
 
 @gluon.jit
-def _mma_warps(q_s, qr_s, w_s, wr_s, scw_s, fw_s, p_s, q_ready, q_empty, w_ready, w_free, schedule_ptr,
+def _mma_warps(q_s, qr_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, fw_s, p_s, q_ready, q_empty, w_ready, w_free, schedule_ptr,
                offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch,
                num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h,
                stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr, F16: gl.constexpr):
@@ -368,12 +368,15 @@ def _mma_warps(q_s, qr_s, w_s, wr_s, scw_s, fw_s, p_s, q_ready, q_empty, w_ready
                     s_rope = warpgroup_mma(_bf16(wr_s.index(buf), D_ROPE), qr_s.permute((1, 0)),
                                            gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False,
                                            is_async=True)
-                    s_lat = warpgroup_mma(_w_view(w_s.index(buf * N_CHUNKS), F16), _q_view(q_s, dyn, F16),
+                    s_lat = warpgroup_mma(_w_view(w0_s.index(buf), F16), _q_view(q_s, dyn, F16),
                                           gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False,
                                           is_async=True)
-                    for ch in gl.static_range(1, N_CHUNKS):
-                        s_lat = warpgroup_mma(_w_view(w_s.index(buf * N_CHUNKS + ch), F16),
-                                              _q_view(q_s, ch + dyn, F16), s_lat, is_async=True)
+                    s_lat = warpgroup_mma(_w_view(w1_s.index(buf), F16), _q_view(q_s, 1 + dyn, F16), s_lat,
+                                          is_async=True)
+                    s_lat = warpgroup_mma(_w_view(w2_s.index(buf), F16), _q_view(q_s, 2 + dyn, F16), s_lat,
+                                          is_async=True)
+                    s_lat = warpgroup_mma(_w_view(w3_s.index(buf), F16), _q_view(q_s, 3 + dyn, F16), s_lat,
+                                          is_async=True)
                     sc = scw_s.index(buf).load(key_l)
                     if F16:
                         f = fw_s.index(buf).slice(0, ROWS).load(col_l)
@@ -403,14 +406,13 @@ def _mma_warps(q_s, qr_s, w_s, wr_s, scw_s, fw_s, p_s, q_ready, q_empty, w_ready
                     fence_async_shared()
                     gl.thread_barrier()
                     pt = _p_view(p_s, F16).permute((1, 0))
-                    wb = buf * N_CHUNKS
-                    o0 = warpgroup_mma(_w_view(w_s.index(wb), F16).permute((1, 0)), pt, o0 * alpha[None, :],
+                    o0 = warpgroup_mma(_w_view(w0_s.index(buf), F16).permute((1, 0)), pt, o0 * alpha[None, :],
                                        is_async=True)
-                    o1 = warpgroup_mma(_w_view(w_s.index(wb + 1), F16).permute((1, 0)), pt, o1 * alpha[None, :],
+                    o1 = warpgroup_mma(_w_view(w1_s.index(buf), F16).permute((1, 0)), pt, o1 * alpha[None, :],
                                        is_async=True)
-                    o2 = warpgroup_mma(_w_view(w_s.index(wb + 2), F16).permute((1, 0)), pt, o2 * alpha[None, :],
+                    o2 = warpgroup_mma(_w_view(w2_s.index(buf), F16).permute((1, 0)), pt, o2 * alpha[None, :],
                                        is_async=True)
-                    o3 = warpgroup_mma(_w_view(w_s.index(wb + 3), F16).permute((1, 0)), pt, o3 * alpha[None, :],
+                    o3 = warpgroup_mma(_w_view(w3_s.index(buf), F16).permute((1, 0)), pt, o3 * alpha[None, :],
                                        is_async=True)
                     o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
                     mbarrier.arrive(w_free.index(buf))
@@ -491,7 +493,12 @@ def _mla_decode_ws16_kernel(
     rr_s = gl.allocate_shared_memory(gl.int32, [SLOTS, HALF, D_ROPE // 2], rope_desc.layout)
     sc_s = gl.allocate_shared_memory(gl.float32, [SLOTS, HALF], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     # two widened blocks: latent W (4 chunks each), rope and scales
-    w_s = gl.allocate_shared_memory(gl.int32, [2 * N_CHUNKS, BLOCK_N, CHUNK // 2], _i32_tile())
+    # (an allocation per chunk: with the four in one, indexed at run time, the compiler could not tell the widen
+    # warps' stores to different chunks apart and put a barrier before each chunk's)
+    w0_s = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, CHUNK // 2], _i32_tile())
+    w1_s = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, CHUNK // 2], _i32_tile())
+    w2_s = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, CHUNK // 2], _i32_tile())
+    w3_s = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, CHUNK // 2], _i32_tile())
     wr_s = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, D_ROPE // 2], _i32_tile())
     scw_s = gl.allocate_shared_memory(gl.float32, [2, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     fw_s = gl.allocate_shared_memory(gl.float32, [2, HALF], gl.SwizzledSharedLayout(1, 1, 1, [0]))  # F16's f
@@ -514,11 +521,11 @@ def _mla_decode_ws16_kernel(
     fence_async_shared()
 
     gl.warp_specialize([
-        (_mma_warps, (q_s, qr_s, w_s, wr_s, scw_s, fw_s, p_s, q_ready, q_empty, w_ready, w_free, schedule_ptr,
+        (_mma_warps, (q_s, qr_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, fw_s, p_s, q_ready, q_empty, w_ready, w_free, schedule_ptr,
                       offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w,
                       batch, num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h, stride_lse_t,
                       stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK, F16)),
-        (_widener, (raw_s, rr_s, sc_s, w_s, wr_s, scw_s, fw_s, k_ready, k_empty, w_ready, w_free, schedule_ptr,
+        (_widener, (raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, fw_s, k_ready, k_empty, w_ready, w_free, schedule_ptr,
                     offsets_ptr, cache_lengths_ptr, w, batch, num_heads, mask_code, window, SLOTS, WIDEN_WARPS,
                     F16)),
         (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
