@@ -1,27 +1,22 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: the 16-row FP8 decode with one W allocation per chunk (fewer
-# (`kernels.mla_decode_ws16`, WS16_F16): its gpu tests with the knob on, then both variants timed in one process
-# (B64 and B128 N4096, B1 N16384) and the fp16 variant's timeline.
+# One device call (edit per session). This one: the shipped 16-row FP8 decode (`kernels.mla_decode_ws16`) under
+# repetition: its gpu tests, then benchmarks/experiments/ws16_stress.py on it and on the fp16 + split-W experiment
+# (benchmarks/experiments/ws16_f16_split.patch, applied to a copy of the tree).
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 f="$OUT/gpu-tests-ws16-$COMMIT.txt"
-PYTHONPATH=src timeout 240 python3 - > "$f" 2>&1 <<'PY'
-import sys
-import pytest
-from pagedmla.ops import _triton_decode
-_triton_decode.WS16_F16 = False
-sys.exit(pytest.main(["-q", "-m", "gpu", "-p", "no:cacheprovider", "-rf", "tests/test_decode_triton.py",
-                      "-k", "ws16"]))
-PY
-echo "tests (bf16 widen, split W) rc $?"; tail -1 "$f"; grep -E "^FAILED|^E  " "$f" | head -12
-[ -f dbg_ws16.py ] && PYTHONPATH=src timeout 100 python3 dbg_ws16.py 2>&1 | tail -20 | cut -c1-120
-f="$OUT/variants-$COMMIT.txt"
-PYTHONPATH=src:benchmarks timeout 150 python3 benchmarks/experiments/ws16_variants.py --case 64,4096 \
-  --case 128,4096 --case 1,16384 --variant f16=0 --variant f16=1 > "$f" 2>&1
-echo "variants rc $?"; cat "$f" | cut -c1-150
-f="$OUT/timeline-bf16-$COMMIT.txt"
-PYTHONPATH=src timeout 90 python3 benchmarks/experiments/ws16_timeline.py --case 64,4096 --set F16=0 \
-  --json "$OUT/timeline-bf16-$COMMIT.json" > "$f" 2>&1
-echo "timeline rc $?"; grep -v "^\s*$" "$f" | cut -c1-250 | tail -3
+PYTHONPATH=src timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py -k ws16 \
+  > "$f" 2>&1
+echo "ws16 tests rc $?"; tail -1 "$f"; grep -E "^FAILED" "$f" | head -12
+f="$OUT/stress-shipped-$COMMIT.txt"
+PYTHONPATH=src timeout 120 python3 benchmarks/experiments/ws16_stress.py --reps 3 > "$f" 2>&1
+echo "stress shipped rc $?"; grep -E "over|worst|Error" "$f" | head -20
+exp=$(mktemp -d); cp -r . "$exp/"; cd "$exp"
+patch -p1 -s < benchmarks/experiments/ws16_f16_split.patch && echo "patched"
+for v in 1 0; do
+  PYTHONPATH=src timeout 120 python3 benchmarks/experiments/ws16_stress.py --reps 2 --set WS16_F16=$v \
+    > "$OUT/stress-split-f16$v-$COMMIT.txt" 2>&1
+  echo "stress split f16=$v rc $?"; grep -E "over|worst|Error" "$OUT/stress-split-f16$v-$COMMIT.txt" | head -12
+done
