@@ -1,7 +1,8 @@
 """Repeats the 16-row FP8 decode (`pagedmla.kernels.mla_decode_ws16`, through `launch_decode` with its config) on
-the schedules that keep its pipeline full (one to seven workers: long pieces) and prints each sequence's max
+schedules of one to seven workers (long pieces; many short sequences each) and prints each sequence's max
 error against the float32 reference, to catch results that come out wrong only now and then (a race shows as
-a changing error; the kernel's own rounding stays below 0.02 on these data).
+a changing error; the kernel's own rounding stays below 0.02 on these data). The kernel is switched off in the
+library (`_triton_decode.WS16_ENABLED`); this switches it on.
 
     PYTHONPATH=src python3 benchmarks/experiments/ws16_stress.py [--reps 3] [--set WS16_F16=1]
 To stress a variant, apply its patch to the checkout first (e.g. `git apply
@@ -42,6 +43,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--set", action="append", default=[], help="NAME=VALUE: the launcher's constant NAME")
     args = parser.parse_args()
+    _triton_decode.WS16_ENABLED = True
     for item in args.set:
         name, value = item.split("=")
         setattr(_triton_decode, name, int(value))
