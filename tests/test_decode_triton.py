@@ -1291,13 +1291,9 @@ def test_gpu_ring_cuda_graph_replay(call_counter):
 
 # --------------------------------------------- GPU tier: the warp-specialized 16-row kernel (rope-aware FP8)
 
-# the kernel is switched off (`_triton_decode.WS16_ENABLED`): it gave wrong results now and then on the H200
-WS16_RACE = pytest.mark.xfail(strict=False, reason="kernels.mla_decode_ws16 gives wrong results now and then "
-                              "(switched off; BENCHMARKS.md, twentieth session)")
-
-
 @pytest.fixture
 def ws16_on(monkeypatch):
+    """The 16-row kernel switched on (`_triton_decode.WS16_ENABLED`, its kill switch)."""
     monkeypatch.setattr(_triton_decode, "WS16_ENABLED", True)
 
 
@@ -1316,7 +1312,6 @@ WS16_CASES = [
 @pytest.mark.parametrize("mask,window", [("causal", -1), ("null", -1), ("sliding_window_causal", 100),
                                          ("sliding_window_noncausal", 37), ("chunked_causal", 50)])
 @pytest.mark.parametrize("parts", [None, 1, 2, 7, 300], ids=["plan", "W1", "W2", "W7", "W300"])
-@WS16_RACE
 def test_gpu_ws16(heads, page_size, cache, new, mask, window, parts, call_counter, ws16_on):
     """The warp-specialized 16-row kernel over the rope-aware FP8 cache (`launch_decode` with its config;
     launches counted): every mask, a sink with the causal one, and every schedule (the plan's; one or two
@@ -1330,7 +1325,6 @@ def test_gpu_ws16(heads, page_size, cache, new, mask, window, parts, call_counte
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("parts", [None, "two-per-sm", 7])
-@WS16_RACE
 def test_gpu_ws16_plan(parts, call_counter, ws16_on):
     """The shipped chain on the rope-aware FP8 cache (bf16 q, 16 heads, one token): the plan schedules one
     worker per SM (at most) in 64-key units, and the public decode runs the 16-row warp-specialized kernel on
@@ -1350,7 +1344,6 @@ def test_gpu_ws16_plan(parts, call_counter, ws16_on):
 
 
 @pytest.mark.gpu
-@WS16_RACE
 def test_gpu_ws16_cuda_graph_replay(call_counter, ws16_on):
     """A captured 16-head decode step over the rope-aware FP8 cache on the 16-row warp-specialized kernel
     (plan, split pieces, combine) replays with new lengths, tables, cache contents (and scales) and queries,
@@ -1398,7 +1391,7 @@ def test_gpu_ws16_cuda_graph_replay(call_counter, ws16_on):
 
 def test_ws16_dispatch_rules(monkeypatch):
     """`decode_ws16_ready` on a Hopper GPU (patched in; CPU tensors), never while the kernel is switched off
-    (`WS16_ENABLED`), and once switched on: a bf16 q (no q_scale) with the rope-aware
+    (`WS16_ENABLED`), and switched on: a bf16 q (no q_scale) with the rope-aware
     FP8 row and float32 scales, DeepSeek's dims, at most 16 rows per sequence, pages a multiple of 64 slots,
     TMA-readable q and cache. The plan expects the kernel for the same caches and row counts, and the config
     heuristic takes it for 16-row tiles only, never in the interpreter."""
@@ -1412,7 +1405,7 @@ def test_ws16_dispatch_rules(monkeypatch):
     # switched off (WS16_ENABLED): no call and no plan takes the kernel
     rope = KVCacheParams(1, 640, True, 64, 1, torch.float8_e4m3fn, quantization_granularity=640,
                          per_token_scale_rope_aware=True)
-    assert not _triton_decode.WS16_ENABLED
+    monkeypatch.setattr(_triton_decode, "WS16_ENABLED", False)
     assert not ready(q, fp8, out, scales, None, True, 1, 1)
     assert not _triton_decode.ws16_planned(rope, num_heads=16, max_q=1, device=torch.device("cuda"))
     monkeypatch.setattr(_triton_decode, "WS16_ENABLED", True)

@@ -215,6 +215,11 @@ def _widener(raw_s, rr_s, sc_s, w_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_f
                 x3 = _latent_chunk(raw_s, st, 3, layout)
                 rope = rr_s.index(st).load(layout)
                 sc = sc_s.index(st).load(sc_layout)
+                # the slot's next bytes come by TMA (the async proxy) once it is released: the reads above are
+                # ordered before them by a proxy fence. Without it (and the barrier before q_empty below) the
+                # results came out wrong now and then on the H200 (benchmarks/experiments/ws16_stress.py;
+                # BENCHMARKS.md, twentieth session)
+                fence_async_shared()
                 gl.thread_barrier()  # every warp is done reading the slot
                 mbarrier.arrive(k_empty.index(st))
                 _store_widened(w_s, buf, 0, h, x0)
@@ -300,6 +305,7 @@ def _mma_warps(q_s, qr_s, w_s, wr_s, scw_s, p_s, q_ready, q_empty, w_ready, w_fr
                     o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
                     mbarrier.arrive(w_free.index(buf))
                     c += 1
+                gl.thread_barrier()  # every warp is past its last MMA on q before the loader overwrites it
                 mbarrier.arrive(q_empty)
                 pieces += 1
 

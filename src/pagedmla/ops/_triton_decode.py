@@ -245,11 +245,10 @@ def ring_planned(params, *, num_heads: int, max_q: int, device: torch.device, ba
             and ring_worth_it(batch=batch, max_keys=max_keys))
 
 
-# The 16-row warp-specialized kernel (`kernels.mla_decode_ws16`) is switched off: on the H200 it gave wrong
-# results now and then on schedules of few workers holding many short sequences (benchmarks/experiments/
-# ws16_stress.py; BENCHMARKS.md, twentieth session), and the cause is not found. Off, no call and no plan takes
-# it; its gpu tests switch it on to run it.
-WS16_ENABLED = False
+# A switch for the 16-row warp-specialized kernel (`kernels.mla_decode_ws16`): off, no call and no plan takes
+# it. (It was switched off for a while in the twentieth session: without a proxy fence it gave wrong results
+# now and then; BENCHMARKS.md.)
+WS16_ENABLED = True
 
 
 def ws16_planned(params, *, num_heads: int, max_q: int, device: torch.device) -> bool:
