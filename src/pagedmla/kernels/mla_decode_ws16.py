@@ -31,6 +31,15 @@ nineteenth session): about 2.2 us per 64-key block, set by the widen warps (2.1 
 warps are busy 1.7 us of it (logits 0.5, softmax 0.7, P @ V 0.45). Leaving the copies out entirely (timing
 probes) changed nothing, so the copies are not what bounds it.
 
+Ordering across proxies: the widen warps read each ring slot with ordinary loads and the loader's next TMA copy
+writes it through the async proxy, so they fence the async proxy before they release it. Without that fence
+(and the MMA warps' barrier before they release q) one sequence in a run came out wrong now and then on
+schedules of few workers over many short sequences (`benchmarks/experiments/ws16_stress.py` finds it;
+BENCHMARKS.md, twentieth session). `ops._triton_decode.WS16_ENABLED` switches the kernel off.
+
+Not landed (`benchmarks/experiments/ws16_f16_split.patch`): fp16 MMAs with the native e4m3 -> fp16 conversion
+(about 5% faster, the widen warps then no longer the bound), and W in one allocation per chunk.
+
 Compiled for sm_90 only (warpgroup MMAs, TMA); tested in the gpu tier against the reference.
 Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave the kernel in natural log.
 """
