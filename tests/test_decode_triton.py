@@ -1405,11 +1405,13 @@ def test_ws16_dispatch_rules(monkeypatch):
     # switched off (WS16_ENABLED): no call and no plan takes the kernel
     rope = KVCacheParams(1, 640, True, 64, 1, torch.float8_e4m3fn, quantization_granularity=640,
                          per_token_scale_rope_aware=True)
+    monkeypatch.setattr(_triton_decode, "interpreter_enabled", lambda: False)
     monkeypatch.setattr(_triton_decode, "WS16_ENABLED", False)
     assert not ready(q, fp8, out, scales, None, True, 1, 1)
     assert not _triton_decode.ws16_planned(rope, num_heads=16, max_q=1, device=torch.device("cuda"))
     monkeypatch.setattr(_triton_decode, "WS16_ENABLED", True)
     assert ready(q, fp8, out, scales, None, True, 1, 1)
+    assert _triton_decode.ws16_planned(rope, num_heads=16, max_q=1, device=torch.device("cuda"))
     q8, out8 = torch.empty(3, 8, 576, dtype=torch.bfloat16), torch.empty(3, 8, 512, dtype=torch.bfloat16)
     assert ready(q8, fp8, out8, scales, None, True, 1, 2)  # 8 heads x 2 tokens
     assert not ready(q8, fp8, out8, scales, None, True, 1, 3)  # 24 rows
@@ -1426,9 +1428,7 @@ def test_ws16_dispatch_rules(monkeypatch):
     assert not ready(q, torch.empty(4, 1, 2, 64, 1, 656, dtype=torch.float8_e4m3fn), out, scales, None, True, 1, 1)
     assert not ready(q, fp8, torch.empty(3, 16, 1024, dtype=torch.bfloat16)[..., ::2], scales, None, True, 1, 1)
     assert not ready(q[:, :, :320], fp8, out, scales, None, True, 1, 1)
-    monkeypatch.setattr(_triton_decode, "interpreter_enabled", lambda: False)
     cuda = torch.device("cuda")
-    assert _triton_decode.ws16_planned(rope, num_heads=16, max_q=1, device=cuda)
     assert not _triton_decode.ws16_planned(rope, num_heads=16, max_q=2, device=cuda)
     assert not _triton_decode.ws16_planned(KVCacheParams(1, 640, True, 32, 1, torch.float8_e4m3fn,
                                                          quantization_granularity=640,

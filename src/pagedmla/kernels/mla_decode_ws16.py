@@ -32,9 +32,10 @@ warps are busy 1.7 us of it (logits 0.5, softmax 0.7, P @ V 0.45). Leaving the c
 probes) changed nothing, so the copies are not what bounds it.
 
 Ordering across proxies: the widen warps read each ring slot with ordinary loads and the loader's next TMA copy
-writes it through the async proxy, so they fence the async proxy before they release it. Without that fence
-(and the MMA warps' barrier before they release q) one sequence in a run came out wrong now and then on
-schedules of few workers over many short sequences (`benchmarks/experiments/ws16_stress.py` finds it;
+writes it through the async proxy, so they fence the async proxy before they release it (the fence also makes
+every warp wait for its loads to land before the barrier; without it the slot was released with loads still in
+flight). Without that fence one sequence in a run came out wrong now and then on schedules of few workers over
+many short sequences (`benchmarks/experiments/ws16_stress.py` finds it;
 BENCHMARKS.md, twentieth session). `ops._triton_decode.WS16_ENABLED` switches the kernel off.
 
 Not landed (`benchmarks/experiments/ws16_f16_split.patch`): fp16 MMAs with the native e4m3 -> fp16 conversion
@@ -225,8 +226,8 @@ def _widener(raw_s, rr_s, sc_s, w_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_f
                 rope = rr_s.index(st).load(layout)
                 sc = sc_s.index(st).load(sc_layout)
                 # the slot's next bytes come by TMA (the async proxy) once it is released: the reads above are
-                # ordered before them by a proxy fence. Without it (and the barrier before q_empty below) the
-                # results came out wrong now and then on the H200 (benchmarks/experiments/ws16_stress.py;
+                # ordered before them by a proxy fence. Without it the results came out wrong now and then on the
+                # H200 (benchmarks/experiments/ws16_stress.py;
                 # BENCHMARKS.md, twentieth session)
                 fence_async_shared()
                 gl.thread_barrier()  # every warp is done reading the slot
@@ -314,7 +315,9 @@ def _mma_warps(q_s, qr_s, w_s, wr_s, scw_s, p_s, q_ready, q_empty, w_ready, w_fr
                     o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
                     mbarrier.arrive(w_free.index(buf))
                     c += 1
-                gl.thread_barrier()  # every warp is past its last MMA on q before the loader overwrites it
+                # every warp is past its last MMA on q before the loader overwrites it (the compiler puts this
+                # barrier before the single-thread arrive anyway, as before w_free's; written out for the reader)
+                gl.thread_barrier()
                 mbarrier.arrive(q_empty)
                 pieces += 1
 

@@ -246,8 +246,8 @@ def ring_planned(params, *, num_heads: int, max_q: int, device: torch.device, ba
 
 
 # A switch for the 16-row warp-specialized kernel (`kernels.mla_decode_ws16`): off, no call and no plan takes
-# it. (It was switched off for a while in the twentieth session: without a proxy fence it gave wrong results
-# now and then; BENCHMARKS.md.)
+# it (calls then run the ring or the Triton kernel). It was off for a while in the twentieth session: without a
+# proxy fence it gave wrong results now and then (BENCHMARKS.md).
 WS16_ENABLED = True
 
 
@@ -466,7 +466,8 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
     if cfg.ws16:
         if not ws16_ok:
             raise ValueError("Invalid config: expected ws16 False for a call the Gluon 16-row kernel cannot take "
-                             "(see decode_ws16_ready), got True")
+                             "(see decode_ws16_ready; the kernel is off while _triton_decode.WS16_ENABLED is "
+                             "False), got True")
         _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code,
                      window, out, lse, schedule, sink, part_out, part_lse, pdl)
     elif cfg.ring_slots:
