@@ -35,8 +35,8 @@ Ordering across proxies: the widen warps read each ring slot with ordinary loads
 writes it through the async proxy, so they fence the async proxy before they release it (the fence also makes
 every warp wait for its loads to land before the barrier; without it the slot was released with loads still in
 flight). Without that fence one sequence in a run came out wrong now and then on schedules of few workers over
-many short sequences (`benchmarks/experiments/ws16_stress.py` finds it;
-BENCHMARKS.md, twentieth session). `ops._triton_decode.WS16_ENABLED` switches the kernel off.
+many short sequences (`benchmarks/experiments/ws16_stress.py` finds it; BENCHMARKS.md, twentieth session).
+`ops._triton_decode.WS16_ENABLED` switches the kernel off.
 
 Not landed (`benchmarks/experiments/ws16_f16_split.patch`): fp16 MMAs with the native e4m3 -> fp16 conversion
 (about 5% faster, the widen warps then no longer the bound), and W in one allocation per chunk.
@@ -226,9 +226,7 @@ def _widener(raw_s, rr_s, sc_s, w_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_f
                 rope = rr_s.index(st).load(layout)
                 sc = sc_s.index(st).load(sc_layout)
                 # the slot's next bytes come by TMA (the async proxy) once it is released: the reads above are
-                # ordered before them by a proxy fence. Without it the results came out wrong now and then on the
-                # H200 (benchmarks/experiments/ws16_stress.py;
-                # BENCHMARKS.md, twentieth session)
+                # ordered before them by a proxy fence (without it the results came out wrong now and then)
                 fence_async_shared()
                 gl.thread_barrier()  # every warp is done reading the slot
                 mbarrier.arrive(k_empty.index(st))

@@ -346,8 +346,8 @@ def decode_ws16_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_i
     a Hopper GPU, a bf16 q (no `q_scale`) with the rope-aware FP8 cache (float32 scales), DeepSeek's dims, at
     most 16 rows (query tokens x heads) per sequence, pages a multiple of 64 slots, TMA-readable q and cache;
     and only while `WS16_ENABLED`."""
-    return (WS16_ENABLED and _WS_AVAILABLE and is_hopper(q.device) and rope_aware and q_scale is None and scales is not None
-            and scales.dtype == torch.float32 and q.dtype == torch.bfloat16 and q.shape[-1] == 576
+    return (WS16_ENABLED and _WS_AVAILABLE and is_hopper(q.device) and rope_aware and q_scale is None
+            and scales is not None and scales.dtype == torch.float32 and q.dtype == torch.bfloat16 and q.shape[-1] == 576
             and blocks.shape[5] == 640 and out.shape[-1] == 512 and out.stride(-1) == 1
             and q.shape[1] * max(1, max_q) <= 16 and blocks.shape[3] % 64 == 0 and _ws_q_rows(q) is not None
             and _ws_cache_rows(blocks, layer_idx, torch.float8_e4m3fn) is not None)
