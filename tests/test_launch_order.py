@@ -1,4 +1,5 @@
-"""The decode kernels launched as programmatic dependents wait before they touch memory (CPU tier).
+"""The decode kernels launched as programmatic dependents wait before they touch memory, and the 16-row FP8
+kernel fences the async proxy before it releases a slot to TMA (CPU tier).
 
 On Hopper the dense and sparse decode kernels and their combines are launched with `launch_pdl`: a kernel may
 start while the one before it still runs, so it must execute `griddepcontrol.wait` before its first global
@@ -134,3 +135,46 @@ def test_the_check_finds_a_missing_wait(compiled):
     stripped = "\n".join(line for line in ptx.splitlines() if WAIT not in line)
     _, bad = unwaited_global_ops(stripped)
     assert len(bad) == count > 0
+
+
+# ---------------------------------------------------------------- proxy fences of the 16-row FP8 kernel
+
+FENCE = "fence.proxy.async"
+GENERIC_SMEM_LOAD = re.compile(r"\b(ld\.shared|ldmatrix)")
+RELEASE = re.compile(r"\bmbarrier\.arrive\.shared")  # not arrive.expect_tx, not cp.async.mbarrier.arrive
+
+
+def releases_after_unfenced_loads(ptx: str) -> tuple[int, list[int]]:
+    """(single-thread mbarrier arrivals that follow shared loads in their basic block, the line numbers of those
+    with no proxy fence between the last such load and the arrival)."""
+    lines = [raw.split("//")[0].strip() for raw in ptx.splitlines()]
+    after_loads, bad = 0, []
+    for i, line in enumerate(lines):
+        if not RELEASE.search(line):
+            continue
+        fenced = False
+        for prev in reversed(lines[:i]):
+            if LABEL.match(prev) or BRANCH.search(prev):
+                break
+            if FENCE in prev:
+                fenced = True
+            elif GENERIC_SMEM_LOAD.search(prev):
+                after_loads += 1
+                if not fenced:
+                    bad.append(i + 1)
+                break
+    return after_loads, bad
+
+
+def test_ws16_fences_before_it_releases_a_slot(compiled):
+    """The 16-row FP8 kernel's widen warps read each ring slot with ordinary shared loads and release it to the
+    loader, whose next TMA copy (the async proxy) writes it: a `fence.proxy.async` must come between. Without it
+    the results came out wrong now and then on the H200 (BENCHMARKS.md, twentieth session). Every release that
+    follows shared loads in its block must have the fence after them; with the fences taken out, the check
+    flags the slot releases."""
+    ptx = compiled("decode-ws16")
+    found, bad = releases_after_unfenced_loads(ptx)
+    assert found > 0, "no release after shared loads found (is the pattern still right?)"
+    assert not bad, f"mbarrier arrivals after shared loads without a proxy fence at PTX lines {bad}"
+    stripped = "\n".join(line for line in ptx.splitlines() if FENCE not in line)
+    assert releases_after_unfenced_loads(stripped)[1], "the check does not see a missing fence"
