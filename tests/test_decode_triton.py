@@ -1324,6 +1324,19 @@ def test_gpu_ws16(heads, page_size, cache, new, mask, window, parts, call_counte
 
 
 @pytest.mark.gpu
+def test_gpu_ws16_repeated(call_counter, ws16_on):
+    """The schedules that showed the kernel's race (BENCHMARKS.md, twentieth session: one to seven workers over
+    forty short sequences), three times each: without the widen warps' proxy fence, 5 of 24 such runs came out
+    wrong in one sequence (ws16_stress.py)."""
+    launches = call_counter(_triton_decode, "_launch_ws16")
+    cache = [(53 * i) % 900 for i in range(40)]
+    for _ in range(3):
+        for parts in (1, 2, 7):
+            run_ring_case(16, 64, cache, [1] * 40, "fp8", sink=True, parts=parts, config=WS16, seed=80)
+    assert launches[0] == 9
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("parts", [None, "two-per-sm", 7])
 def test_gpu_ws16_plan(parts, call_counter, ws16_on):
     """The shipped chain on the rope-aware FP8 cache (bf16 q, 16 heads, one token): the plan schedules one
