@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: the 16-row FP8 kernel with the proxy fence, switched back on:
-# its gpu tests, benchmarks/experiments/ws16_stress.py, and the harness at 16 heads (B64, B128 N4096).
+# One device call (edit per session). This one: the 16-row FP8 kernel's lazy softmax (WS16_LAZY_RESCALE): its
+# gpu tests, benchmarks/experiments/ws16_stress.py, an in-process A/B of the softmax (ws16_variants.py), and the
+# harness at 16 heads (B64, B128 N4096).
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 f="$OUT/gpu-tests-ws16-$COMMIT.txt"
-PYTHONPATH=src timeout 110 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py -k ws16 \
+PYTHONPATH=src timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py -k ws16 \
   > "$f" 2>&1
 echo "ws16 tests rc $?"; tail -1 "$f"; grep -E "^FAILED" "$f" | head -8
-PYTHONPATH=src timeout 50 python3 benchmarks/experiments/ws16_stress.py --reps 2 > "$OUT/stress-$COMMIT.txt" 2>&1
-echo "stress rc $?"; grep -E "over|worst|Error" "$OUT/stress-$COMMIT.txt" | head -8
+PYTHONPATH=src timeout 60 python3 benchmarks/experiments/ws16_stress.py --reps 2 > "$OUT/stress-$COMMIT.txt" 2>&1
+echo "stress rc $?"; grep -E "over|worst|Error|differ" "$OUT/stress-$COMMIT.txt" | head -8
+f="$OUT/ab-lazy-$COMMIT.txt"
+PYTHONPATH=src:benchmarks timeout 150 python3 benchmarks/experiments/ws16_variants.py --case 64,4096 \
+  --case 128,4096 --case 1,16384 --variant lazy=0 --variant lazy=1 --repeat 2 > "$f" 2>&1
+echo "ab rc $?"; cat "$f"
 f="$OUT/bench-decode-h16-$COMMIT.txt"
-PYTHONPATH=src timeout 70 python3 -m pagedmla.cli bench decode --heads 16 --batch 64 128 --keys 4096 \
+PYTHONPATH=src timeout 90 python3 -m pagedmla.cli bench decode --heads 16 --batch 64 128 --keys 4096 \
   --kv-dtype bf16 fp8 --no-reference --commit "$COMMIT" --json "$OUT/bench-decode-h16-$COMMIT.json" > "$f" 2>&1
 echo "bench rc $?"; grep -vE "^\s*$" "$f" | cut -c1-150 | tail -7

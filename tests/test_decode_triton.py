@@ -1337,6 +1337,33 @@ def test_gpu_ws16_repeated(call_counter, ws16_on):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("mask,window", [("causal", -1), ("sliding_window_causal", 300)])
+@pytest.mark.parametrize("parts", [None, 1, 7])
+def test_gpu_ws16_rising_logits(mask, window, parts, call_counter, ws16_on):
+    """Logits that rise from block to block: one key per 64-key block has its scale multiplied by 1 + j (j its
+    block), so each row's maximum keeps climbing (by a few units of log2 per block, in some rows by far more).
+    The kernel's softmax computes P against a running maximum that it updates only when a block's maximum rose
+    more than `RESCALE_LOG2` above it (`mla_decode_ws16._rescale_needed`); here both kinds of block come up many
+    times in every sequence, in whole sequences and split ones."""
+    launches = call_counter(_triton_decode, "_launch_ws16")
+    cache, new = [3000, 700, 64, 1500, 0], [1, 1, 1, 1, 1]
+    pb, q = batch(cache, new, heads=16, head_size=576, page_size=64, dtype=torch.bfloat16, seed=91,
+                  device="cuda")
+    kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64)
+    table = kv.lookup_table.tolist()
+    for b, keys in enumerate(c + n for c, n in zip(cache, new)):
+        for j in range(keys // 64 + 1):
+            k = 64 * j + (7 * j) % 64
+            if k < keys:
+                kv.scales[table[b][k // 64], :, :, k % 64] *= 1 + j
+    got, lse = run_launcher(pb, kv, q, WS16, parts=parts, rope=64, mask=mask, window=max(window, 0))
+    want, want_lse = fp8_reference(pb, kv, q.float(), mask=mask, window=window, rope=64)
+    low, low_lse = fp8_lowprec(pb, kv, q.float(), torch.bfloat16, mask=mask, window=window, rope=64)
+    check_fp8_lowprec(got, lse, want, want_lse, low, low_lse)
+    assert launches[0] == 1
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("parts", [None, "two-per-sm", 7])
 def test_gpu_ws16_plan(parts, call_counter, ws16_on):
     """The shipped chain on the rope-aware FP8 cache (bf16 q, 16 heads, one token): the plan schedules one

@@ -92,6 +92,33 @@ def _bf16_tile():
     return gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
 
 
+# how far (log2) a row's logits may rise above the maximum its P is computed against before the block is redone
+# with the new maximum: P then stays below 2^8 (bf16 keeps its relative precision at any size, and the float32
+# sums have room to spare), and after a piece's first block almost no block needs it
+RESCALE_LOG2 = gl.constexpr(8.0)
+
+
+@gluon.constexpr_function
+def _red_layout():
+    """The `[4, 16]` per-warp row maxima as every thread reads them back: all four warps' values of the thread's
+    own four rows (columns of S^T), so that their maximum lands in `SliceLayout(0, _acc_layout())` as it is."""
+    return gl.DistributedLinearLayout(reg_bases=[[1, 0], [2, 0], [0, 1], [0, 8]],
+                                      lane_bases=[[0, 2], [0, 4], [0, 0], [0, 0], [0, 0]],
+                                      warp_bases=[[0, 0], [0, 0]], block_bases=[], shape=[4, 16])
+
+
+@gluon.jit
+def _rescale_needed(m_i, blk_max):
+    """Whether a block's P, computed against the running maxima `m_i`, must be redone: some row's maximum over
+    the block rose more than RESCALE_LOG2 above it (always when the row had seen no key: m_i = -inf).
+
+    Why: the exact softmax needs each block's maximum over all 64 keys before P, and the keys are spread over the
+    four warps. Across warps the reduction cost three barriers and two round trips through shared memory on the
+    critical path between the logits and P @ V. Here the warps publish their own maxima with P, at the one barrier
+    P needs anyway, and the rare block whose maxima moved too far is done again."""
+    return gl.max((blk_max > m_i + RESCALE_LOG2).to(gl.int32), axis=0) > 0
+
+
 @gluon.jit
 def _span(schedule_ptr, w, batch):
     """(first, last) sequence of worker w's span."""
@@ -243,10 +270,10 @@ def _widener(raw_s, rr_s, sc_s, w_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_f
 
 
 @gluon.jit
-def _mma_warps(q_s, qr_s, w_s, wr_s, scw_s, p_s, q_ready, q_empty, w_ready, w_free, schedule_ptr, offsets_ptr,
+def _mma_warps(q_s, qr_s, w_s, wr_s, scw_s, p_s, red_s, q_ready, q_empty, w_ready, w_free, schedule_ptr, offsets_ptr,
                cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads,
                mask_code, window, qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
-               stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr):
+               stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr, LAZY: gl.constexpr):
     """Logits, softmax and P @ V of each block (W buffer c % 2), then the piece's rows to `out` / `lse` or to its
     partial slot."""
     layout: gl.constexpr = _acc_layout()
@@ -290,25 +317,57 @@ def _mma_warps(q_s, qr_s, w_s, wr_s, scw_s, p_s, q_ready, q_empty, w_ready, w_fr
                     if (k0 < lo_max) | (k0 + BLOCK_N > hi_min):
                         j = k0 + gl.arange(0, BLOCK_N, key_l)
                         s = gl.where((j[:, None] >= lo_r[None, :]) & (j[:, None] < hi_r[None, :]), s, float("-inf"))
-                    m_new = gl.maximum(m_i, gl.max(s, axis=0))
-                    m_safe = _no_inf(m_new)
-                    alpha = gl.exp2(m_i - m_safe)
-                    p = gl.exp2(s - m_safe[None, :])
-                    l_cols = l_cols * alpha[None, :] + p
-                    m_i = m_new
-                    # P^T, with the keys' scales (V is the unscaled latent too), as the MMAs' [K, N] operand
-                    p_s.store(gl.permute((p * sc[:, None]).to(gl.bfloat16), (1, 0)))
-                    fence_async_shared()
-                    gl.thread_barrier()
+                    if LAZY:
+                        # the rows' maxima over each warp's 16 keys, exchanged through shared memory at the barrier
+                        # that publishes P (see `_rescale_needed`)
+                        red_s.index(c % 2).store(gl.max(gl.reshape(s, [4, 16, ROWS]), axis=1))
+                        # P against the running maximum as it stands: any increase is folded in only once it passes
+                        # RESCALE_LOG2 (then, or when a row had none, the block is done again below)
+                        p = gl.exp2(s - _no_inf(m_i)[None, :])
+                        # P^T, with the keys' scales (V is the unscaled latent too), as the MMAs' [K, N] operand
+                        p_s.store(gl.permute((p * sc[:, None]).to(gl.bfloat16), (1, 0)))
+                        fence_async_shared()
+                        gl.thread_barrier()
+                        blk_max = gl.convert_layout(gl.max(red_s.index(c % 2).load(_red_layout()), axis=0), col_l)
+                        if _rescale_needed(m_i, blk_max):
+                            m_new = gl.maximum(m_i, blk_max)
+                            m_safe = _no_inf(m_new)
+                            alpha = gl.exp2(m_i - m_safe)
+                            p = gl.exp2(s - m_safe[None, :])
+                            l_cols = l_cols * alpha[None, :]
+                            o0 = o0 * alpha[None, :]
+                            o1 = o1 * alpha[None, :]
+                            o2 = o2 * alpha[None, :]
+                            o3 = o3 * alpha[None, :]
+                            m_i = m_new
+                            p_s.store(gl.permute((p * sc[:, None]).to(gl.bfloat16), (1, 0)))
+                            fence_async_shared()
+                            gl.thread_barrier()
+                        l_cols = l_cols + p
+                    else:
+                        # the exact softmax: each block's maximum over all four warps before P
+                        m_new = gl.maximum(m_i, gl.max(s, axis=0))
+                        m_safe = _no_inf(m_new)
+                        alpha = gl.exp2(m_i - m_safe)
+                        p = gl.exp2(s - m_safe[None, :])
+                        l_cols = l_cols * alpha[None, :] + p
+                        o0 = o0 * alpha[None, :]
+                        o1 = o1 * alpha[None, :]
+                        o2 = o2 * alpha[None, :]
+                        o3 = o3 * alpha[None, :]
+                        m_i = m_new
+                        p_s.store(gl.permute((p * sc[:, None]).to(gl.bfloat16), (1, 0)))
+                        fence_async_shared()
+                        gl.thread_barrier()
                     pt = p_s.permute((1, 0))
                     wb = buf * N_CHUNKS
-                    o0 = warpgroup_mma(_bf16(w_s.index(wb), CHUNK).permute((1, 0)), pt, o0 * alpha[None, :],
+                    o0 = warpgroup_mma(_bf16(w_s.index(wb), CHUNK).permute((1, 0)), pt, o0,
                                        is_async=True)
-                    o1 = warpgroup_mma(_bf16(w_s.index(wb + 1), CHUNK).permute((1, 0)), pt, o1 * alpha[None, :],
+                    o1 = warpgroup_mma(_bf16(w_s.index(wb + 1), CHUNK).permute((1, 0)), pt, o1,
                                        is_async=True)
-                    o2 = warpgroup_mma(_bf16(w_s.index(wb + 2), CHUNK).permute((1, 0)), pt, o2 * alpha[None, :],
+                    o2 = warpgroup_mma(_bf16(w_s.index(wb + 2), CHUNK).permute((1, 0)), pt, o2,
                                        is_async=True)
-                    o3 = warpgroup_mma(_bf16(w_s.index(wb + 3), CHUNK).permute((1, 0)), pt, o3 * alpha[None, :],
+                    o3 = warpgroup_mma(_bf16(w_s.index(wb + 3), CHUNK).permute((1, 0)), pt, o3,
                                        is_async=True)
                     o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
                     mbarrier.arrive(w_free.index(buf))
@@ -377,7 +436,7 @@ def _mla_decode_ws16_kernel(
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
     stride_s_b, stride_s_s,
     HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr, WIDEN_REGS: gl.constexpr,
-    LOADER_REGS: gl.constexpr,
+    LOADER_REGS: gl.constexpr, LAZY: gl.constexpr,
 ):
     """Program w: worker w's span of the schedule. The cache is read through `lat_desc` and `rope_desc`, its
     640-byte rows as a 2-D float32 view `[rows, 160]` (bits copied as they are: columns 0-127 the e4m3 latent,
@@ -396,6 +455,9 @@ def _mla_decode_ws16_kernel(
     wr_s = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, D_ROPE // 2], _i32_tile())
     scw_s = gl.allocate_shared_memory(gl.float32, [2, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     p_s = gl.allocate_shared_memory(gl.bfloat16, [ROWS, BLOCK_N], _bf16_tile())
+    # the MMA warps' per-warp row maxima, two blocks' worth (a block's are read after the barrier that publishes
+    # its P and written again two blocks later, past the next block's barrier)
+    red_s = gl.allocate_shared_memory(gl.float32, [2, 4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     k_ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
     w_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -414,10 +476,10 @@ def _mla_decode_ws16_kernel(
     fence_async_shared()
 
     gl.warp_specialize([
-        (_mma_warps, (q_s, qr_s, w_s, wr_s, scw_s, p_s, q_ready, q_empty, w_ready, w_free, schedule_ptr, offsets_ptr,
+        (_mma_warps, (q_s, qr_s, w_s, wr_s, scw_s, p_s, red_s, q_ready, q_empty, w_ready, w_free, schedule_ptr, offsets_ptr,
                       cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch,
                       num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h,
-                      stride_po_s, stride_po_r, stride_pl_s, HAS_SINK)),
+                      stride_po_s, stride_po_r, stride_pl_s, HAS_SINK, LAZY)),
         (_widener, (raw_s, rr_s, sc_s, w_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_free, schedule_ptr,
                     offsets_ptr, cache_lengths_ptr, w, batch, num_heads, mask_code, window, SLOTS, WIDEN_WARPS)),
         (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
