@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: the 16-row FP8 kernel's lazy softmax (WS16_LAZY_RESCALE): its
-# gpu tests, benchmarks/experiments/ws16_stress.py, an in-process A/B of the softmax (ws16_variants.py), and the
-# harness at 16 heads (B64, B128 N4096).
+# One device call (edit per session). This one: the 16-row FP8 kernel with fp16 MMAs (WS16_F16) and the lazy
+# softmax (WS16_LAZY_RESCALE): the ws16 gpu tests with fp16 off (the shipped setting) and on,
+# benchmarks/experiments/ws16_stress.py both ways, and an in-process A/B of the four settings (ws16_variants.py).
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-f="$OUT/gpu-tests-ws16-$COMMIT.txt"
-PYTHONPATH=src timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py -k ws16 \
-  > "$f" 2>&1
-echo "ws16 tests rc $?"; tail -1 "$f"; grep -E "^FAILED" "$f" | head -8
-PYTHONPATH=src timeout 60 python3 benchmarks/experiments/ws16_stress.py --reps 2 > "$OUT/stress-$COMMIT.txt" 2>&1
-echo "stress rc $?"; grep -E "over|worst|Error|differ" "$OUT/stress-$COMMIT.txt" | head -8
-f="$OUT/ab-lazy-$COMMIT.txt"
-PYTHONPATH=src:benchmarks timeout 150 python3 benchmarks/experiments/ws16_variants.py --case 64,4096 \
-  --case 128,4096 --case 1,16384 --variant lazy=0 --variant lazy=1 --repeat 2 > "$f" 2>&1
-echo "ab rc $?"; cat "$f"
-f="$OUT/bench-decode-h16-$COMMIT.txt"
-PYTHONPATH=src timeout 90 python3 -m pagedmla.cli bench decode --heads 16 --batch 64 128 --keys 4096 \
-  --kv-dtype bf16 fp8 --no-reference --commit "$COMMIT" --json "$OUT/bench-decode-h16-$COMMIT.json" > "$f" 2>&1
-echo "bench rc $?"; grep -vE "^\s*$" "$f" | cut -c1-150 | tail -7
+for f16 in 0 1; do
+  f="$OUT/gpu-tests-ws16-f16=$f16-$COMMIT.txt"
+  PYTHONPATH=src timeout 150 python3 - > "$f" 2>&1 <<PY
+import sys, pytest
+import pagedmla.ops._triton_decode as t
+t.WS16_F16 = bool($f16)
+sys.exit(pytest.main(["-q", "-m", "gpu", "-p", "no:cacheprovider", "-rf", "tests/test_decode_triton.py", "-k", "ws16"]))
+PY
+  echo "ws16 tests f16=$f16 rc $?"; tail -1 "$f"; grep -E "^FAILED" "$f" | head -8
+  PYTHONPATH=src timeout 60 python3 benchmarks/experiments/ws16_stress.py --reps 2 --set WS16_F16=$f16 \
+    > "$OUT/stress-f16=$f16-$COMMIT.txt" 2>&1
+  echo "stress f16=$f16 rc $?"; grep -E "over|worst|Error|differ" "$OUT/stress-f16=$f16-$COMMIT.txt" | head -8
+done
+f="$OUT/ab-f16-lazy-$COMMIT.txt"
+PYTHONPATH=src:benchmarks timeout 200 python3 benchmarks/experiments/ws16_variants.py --case 64,4096 \
+  --case 128,4096 --case 1,16384 --variant f16=0,lazy=0 --variant f16=0,lazy=1 --variant f16=1,lazy=0 \
+  --variant f16=1,lazy=1 --repeat 2 > "$f" 2>&1
+echo "ab rc $?"; grep -v "^#" "$f" | sed 's/ TB\/s.*//'
