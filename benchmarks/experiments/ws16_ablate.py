@@ -1,7 +1,8 @@
 """Where the 16-row FP8 decode's time goes, by taking partitions' work out (`pagedmla.kernels.mla_decode_ws16`):
 patched copies of the kernel in which the widen warps only pass the ring's and W's barriers on (no loads,
 conversions or stores: `no-widen`), the MMA warps only pass W's barriers on (no MMAs, no softmax: `no-mma`), or
-both (`loader-only`: the copies alone). Timed in one process against the unpatched copy (`base`), CUDA-graph
+both (`loader-only`: the copies alone); or the MMA warps without P @ V (`no-pv`) or without the logits'
+MMAs (`no-logits`). Timed in one process against the unpatched copy (`base`), CUDA-graph
 replays of decode_probe's cases (16 heads, one token, FP8, the launcher's config and a one-per-SM schedule).
 The outputs of the patched copies are garbage and not checked: these are bounds, not kernels.
 
@@ -46,7 +47,22 @@ MMA_PASS = """                for i in range(n_blocks):
 """
 
 
-def _source(no_widen: bool, no_mma: bool) -> str:
+PV = """                    o0 = warpgroup_mma(_w_view(w0_s.index(buf), F16).permute((1, 0)), pt, o0, is_async=True)
+                    o1 = warpgroup_mma(_w_view(w1_s.index(buf), F16).permute((1, 0)), pt, o1, is_async=True)
+                    o2 = warpgroup_mma(_w_view(w2_s.index(buf), F16).permute((1, 0)), pt, o2, is_async=True)
+                    o3 = warpgroup_mma(_w_view(w3_s.index(buf), F16).permute((1, 0)), pt, o3,
+                                       is_async=True)
+                    o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
+"""
+LOGITS_FIRST = "                    s_rope = warpgroup_mma(_bf16(wr_s.index(buf), D_ROPE)"
+LOGITS_WAIT = "                    s_rope, s_lat = warpgroup_mma_wait(num_outstanding=0, deps=(s_rope, s_lat))\n"
+ZERO_LOGITS = """                    s_rope = gl.zeros([BLOCK_N, ROWS], gl.float32, layout)
+                    s_lat = gl.zeros([BLOCK_N, ROWS], gl.float32, layout)
+                    sc = scw_s.index(buf).load(key_l)
+"""
+
+
+def _source(no_widen: bool, no_mma: bool, no_pv: bool = False, no_logits: bool = False) -> str:
     import pagedmla.kernels.mla_decode_ws16 as ws16
     patch = SourcePatch(pathlib.Path(ws16.__file__).read_text())
     for rel in ("fp8", "gluon_common", "mla_decode_ws"):
@@ -58,10 +74,17 @@ def _source(no_widen: bool, no_mma: bool) -> str:
         patch.sub("                for i in range(n_blocks):\n                    buf = c % 2\n"
                   "                    k0 = k_lo + i * BLOCK_N\n",
                   MMA_PASS + "                    buf = c % 2\n                    k0 = k_lo + i * BLOCK_N\n")
+    if no_pv:  # the MMA warps without P @ V (logits, softmax and P's stores stay)
+        patch.sub(PV, "")
+    if no_logits:  # the MMA warps without the logits' MMAs (zero logits; the softmax and P @ V stay)
+        i = patch.src.index(LOGITS_FIRST)
+        j = patch.src.index(LOGITS_WAIT) + len(LOGITS_WAIT)
+        patch.src = patch.src[:i] + ZERO_LOGITS + patch.src[j:]
     return patch.src
 
 
-VARIANTS = {"base": (False, False), "no-widen": (True, False), "no-mma": (False, True), "loader-only": (True, True)}
+VARIANTS = {"base": (False, False), "no-widen": (True, False), "no-mma": (False, True), "loader-only": (True, True),
+            "no-pv": (False, False, True), "no-logits": (False, False, False, True)}
 
 
 def main() -> None:
