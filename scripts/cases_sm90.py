@@ -310,7 +310,7 @@ def decode_ws(tma_out: bool = True):
 CASES.update({"decode-ws": decode_ws, "decode-ws-register-stores": partial(decode_ws, False)})
 
 
-def decode_ws16(sink: bool = True, f16: bool | None = None):
+def decode_ws16(sink: bool = True):
     """The warp-specialized 16-row Gluon decode over the rope-aware FP8 cache (`kernels.mla_decode_ws16`) with
     the descriptors its launcher builds (16 heads, a 64-slot page cache of 2 layers)."""
     import torch
@@ -338,13 +338,11 @@ def decode_ws16(sink: bool = True, f16: bool | None = None):
                  scales_ptr="*fp32")
     const = dict(HAS_SINK=sink, SLOTS=td.WS16_SLOTS, WIDEN_WARPS=td.WS16_WIDEN_WARPS,
                  WIDEN_REGS=td.WS16_WIDEN_REGS,
-                 LOADER_REGS=td.WS16_LOADER_REGS, F16=td.WS16_F16 if f16 is None else f16,
-                 LAZY=td.WS16_LAZY_RESCALE)
+                 LOADER_REGS=td.WS16_LOADER_REGS)
     return _mla_decode_ws16_kernel, types, const, 4, 1
 
 
-CASES.update({"decode-ws16": decode_ws16, "decode-ws16-bf16": partial(decode_ws16, f16=False),
-              "decode-ws16-f16": partial(decode_ws16, f16=True)})
+CASES.update({"decode-ws16": decode_ws16})
 
 
 def sparse_ring(slots: int, dtype: str = "bf16", sink: bool = True, split: bool = True):

@@ -47,10 +47,10 @@ MMA_PASS = """                for i in range(n_blocks):
 """
 
 
-PV = """                    o0 = warpgroup_mma(_w_view(w0_s.index(buf), F16).permute((1, 0)), pt, o0, is_async=True)
-                    o1 = warpgroup_mma(_w_view(w1_s.index(buf), F16).permute((1, 0)), pt, o1, is_async=True)
-                    o2 = warpgroup_mma(_w_view(w2_s.index(buf), F16).permute((1, 0)), pt, o2, is_async=True)
-                    o3 = warpgroup_mma(_w_view(w3_s.index(buf), F16).permute((1, 0)), pt, o3,
+PV = """                    o0 = warpgroup_mma(_bf16(w0_s.index(buf), CHUNK).permute((1, 0)), pt, o0, is_async=True)
+                    o1 = warpgroup_mma(_bf16(w1_s.index(buf), CHUNK).permute((1, 0)), pt, o1, is_async=True)
+                    o2 = warpgroup_mma(_bf16(w2_s.index(buf), CHUNK).permute((1, 0)), pt, o2, is_async=True)
+                    o3 = warpgroup_mma(_bf16(w3_s.index(buf), CHUNK).permute((1, 0)), pt, o3,
                                        is_async=True)
                     o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
 """
@@ -68,8 +68,7 @@ def _source(no_widen: bool, no_mma: bool, no_pv: bool = False, no_logits: bool =
     for rel in ("fp8", "gluon_common", "mla_decode_ws"):
         patch.sub(f"from .{rel} ", f"from pagedmla.kernels.{rel} ")
     if no_widen:
-        patch.sub("        for i in range(n_blocks):\n            buf = c % 2\n            kb = k_lo + i * BLOCK_N\n",
-                  WIDEN_PASS + "            buf = c % 2\n            kb = k_lo + i * BLOCK_N\n")
+        patch.sub("        for _i in range(n_blocks):\n            buf = c % 2\n", WIDEN_PASS + "            buf = c % 2\n")
     if no_mma:
         patch.sub("                for i in range(n_blocks):\n                    buf = c % 2\n"
                   "                    k0 = k_lo + i * BLOCK_N\n",

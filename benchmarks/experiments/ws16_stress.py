@@ -4,11 +4,10 @@ error against the float32 reference, and whether the output differs bit for bit 
 (the kernel is deterministic: any difference is a race, however small). The kernel's own rounding stays at or
 below 0.027 on these data; a sequence above 0.05 is listed.
 
-    PYTHONPATH=src python3 benchmarks/experiments/ws16_stress.py [--reps 3] [--set WS16_F16=1]
+    PYTHONPATH=src python3 benchmarks/experiments/ws16_stress.py [--reps 3] [--set WS16_SLOTS=2]
 
-It switches the kernel on (`_triton_decode.WS16_ENABLED`). To stress a variant, apply its patch to the checkout
-first (e.g. `git apply benchmarks/experiments/ws16_f16_split.patch`) and set its launcher constants with
-`--set NAME=VALUE`.
+It switches the kernel on (`_triton_decode.WS16_ENABLED`). To stress a variant, check it out (e.g. the fp16
+MMAs of commit a765cb4) and set its launcher constants with `--set NAME=VALUE` (there: `--set WS16_F16=1`).
 """
 
 from __future__ import annotations

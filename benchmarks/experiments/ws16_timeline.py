@@ -54,18 +54,19 @@ def _patched_source() -> str:
     sub("    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr,\n",
         "    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr, stamps_ptr,\n")
     sub("            SLOTS: gl.constexpr):\n", "            SLOTS: gl.constexpr, stamps_ptr):\n")
-    sub("             WIDEN_WARPS: gl.constexpr, F16: gl.constexpr):\n",
-        "             WIDEN_WARPS: gl.constexpr, F16: gl.constexpr, stamps_ptr):\n")
-    sub("               stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr, F16: gl.constexpr):\n",
-        "               stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr, F16: gl.constexpr, stamps_ptr):\n")
-    sub("stride_po_r, stride_pl_s, HAS_SINK, F16)),", "stride_po_r, stride_pl_s, HAS_SINK, F16, stamps_ptr)),")
-    sub("WIDEN_WARPS,\n                    F16)),", "WIDEN_WARPS,\n                    F16, stamps_ptr)),")
+    sub("             SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr):\n",
+        "             SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr, stamps_ptr):\n")
+    sub("               stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr):\n",
+        "               stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr, stamps_ptr):\n")
+    sub("stride_po_s, stride_po_r, stride_pl_s, HAS_SINK)),", "stride_po_s, stride_po_r, stride_pl_s, HAS_SINK, stamps_ptr)),")
+    sub("SLOTS,\n                    WIDEN_WARPS)),", "SLOTS,\n                    WIDEN_WARPS, stamps_ptr)),")
     # _widen_half stamps its second half's arrival
-    sub("                SLOTS: gl.constexpr, F16: gl.constexpr, layout: gl.constexpr, sc_layout: gl.constexpr):\n",
-        "                SLOTS: gl.constexpr, F16: gl.constexpr, layout: gl.constexpr, sc_layout: gl.constexpr,\n"
-        "                stamps_ptr):\n")
-    sub("SLOTS, F16,\n                              layout, sc_layout)", "SLOTS, F16,\n                              layout, sc_layout, stamps_ptr)")
-    sub("\n                              SLOTS, F16, layout, sc_layout)", "\n                              SLOTS, F16, layout, sc_layout, stamps_ptr)")
+    sub("                SLOTS: gl.constexpr, layout: gl.constexpr, sc_layout: gl.constexpr):\n",
+        "                SLOTS: gl.constexpr, layout: gl.constexpr, sc_layout: gl.constexpr, stamps_ptr):\n")
+    sub("2 * c, 0, SLOTS,\n                              layout, sc_layout)",
+        "2 * c, 0, SLOTS,\n                              layout, sc_layout, stamps_ptr)")
+    sub("2 * c + 1, 1,\n                              SLOTS, layout, sc_layout)",
+        "2 * c + 1, 1,\n                              SLOTS, layout, sc_layout, stamps_ptr)")
     sub("stride_lt_b, SLOTS)),", "stride_lt_b, SLOTS, stamps_ptr)),")
     # loader (the block's second half overwrites the first's stamp)
     sub("                        tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))\n",
@@ -85,8 +86,8 @@ def _patched_source() -> str:
     sub("                    s_rope, s_lat = warpgroup_mma_wait(num_outstanding=0, deps=(s_rope, s_lat))\n",
         "                    s_rope, s_lat = warpgroup_mma_wait(num_outstanding=0, deps=(s_rope, s_lat))\n"
         "                    _stamp(stamps_ptr, c, 5)\n")
-    sub("                    pt = _p_view(p_s, F16).permute((1, 0))\n",
-        "                    _stamp(stamps_ptr, c, 6)\n                    pt = _p_view(p_s, F16).permute((1, 0))\n")
+    sub("                    pt = p_s.permute((1, 0))\n",
+        "                    _stamp(stamps_ptr, c, 6)\n                    pt = p_s.permute((1, 0))\n")
     sub("                    mbarrier.arrive(w_free.index(buf))\n",
         "                    mbarrier.arrive(w_free.index(buf))\n                    _stamp(stamps_ptr, c, 7)\n")
     return patch.src

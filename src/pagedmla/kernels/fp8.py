@@ -57,18 +57,6 @@ E4M3X4_TO_BF16_ASM = tl.constexpr("""
         """)
 
 
-# four e4m3 bytes ($2) -> two f16x2 registers ($0: bytes 0 and 1, $1: bytes 2 and 3), by sm_89's native
-# conversion: exact (every e4m3 value is an fp16 value), an e4m3 NaN stays a NaN
-E4M3X4_TO_F16_ASM = tl.constexpr("""
-        {
-        .reg .b16 lo, hi;
-        mov.b32 {lo, hi}, $2;
-        cvt.rn.f16x2.e4m3x2 $0, lo;
-        cvt.rn.f16x2.e4m3x2 $1, hi;
-        }
-        """)
-
-
 @triton.jit
 def _e4m3_to_bf16(x):
     """e4m3 values (any shape, four consecutive per thread) as bf16, exactly, in ten instructions per four.

@@ -21,15 +21,18 @@ blocks; pages are multiples of 64 slots); one program per SM (225 KB of shared m
   conversion), the rope and the scales copied; each ring slot released as soon as it is read, one `w_ready`
   per block;
 - MMA (the default 4 warps): S^T `[64, 16]` = W q_lat^T (scaled by each key's scale) + rope q_rope^T, the
-  online softmax down the keys, P^T (times the keys' scales, since W holds the unscaled latent) into shared
-  memory, and O^T `[512, 16]` += W^T P^T in four 128-column chunks, then the buffer back to the widen warps.
-  A whole sequence is finished here (sink, normalization), a piece of a split one is written with its LSE to
-  the partial slot `2w` or `2w + 1` for `mla_decode._mla_decode_combine_kernel`.
+  online softmax down the keys (lazy: see RESCALE_LOG2), P^T (times the keys' scales, since W holds the unscaled
+  latent) into shared memory, and O^T `[512, 16]` += W^T P^T in four 128-column chunks, then the buffer back to
+  the widen warps. A whole sequence is finished here (sink, normalization), a piece of a split one is written
+  with its LSE to the partial slot `2w` or `2w + 1` for `mla_decode._mla_decode_combine_kernel`.
 
-Where the time goes (H200, 16 heads, B64 N4096, benchmarks/experiments/ws16_timeline.py, BENCHMARKS.md,
-nineteenth session): about 2.2 us per 64-key block, set by the widen warps (2.1 us busy per block); the MMA
-warps are busy 1.7 us of it (logits 0.5, softmax 0.7, P @ V 0.45). Leaving the copies out entirely (timing
-probes) changed nothing, so the copies are not what bounds it.
+Where the time goes (H200, 16 heads, B64 N4096, BENCHMARKS.md, twenty-first session,
+benchmarks/experiments/ws16_ablate.py): about 80 us a call. With the widen warps' work taken out the kernel takes
+53 us, with the MMA warps' taken out 52 us, with both 49 us (the copies alone): neither partition bounds it
+alone, their running together does. Why is not established; shared memory, which both use heavily (the widened
+copy W is written once and read by both MMAs), is the likely meeting point. fp16 MMAs with the native e4m3
+conversion (commit a765cb4, `WS16_F16`) were no faster and are not kept; the exact softmax was 1-2% slower than
+the lazy one. A kernel much faster than this one likely needs a design without the widened copy.
 
 Ordering across proxies: the widen warps read each ring slot with ordinary loads and the loader's next TMA copy
 writes it through the async proxy, so they fence the async proxy before they release it (the fence also makes
@@ -37,9 +40,6 @@ every warp wait for its loads to land before the barrier; without it the slot wa
 flight). Without that fence one sequence in a run came out wrong now and then on schedules of few workers over
 many short sequences (`benchmarks/experiments/ws16_stress.py` finds it; BENCHMARKS.md, twentieth session).
 `ops._triton_decode.WS16_ENABLED` switches the kernel off.
-
-Not landed (`benchmarks/experiments/ws16_f16_split.patch`): fp16 MMAs with the native e4m3 -> fp16 conversion
-(about 5% faster, the widen warps then no longer the bound), and W in one allocation per chunk.
 
 Compiled for sm_90 only (warpgroup MMAs, TMA); tested in the gpu tier against the reference.
 Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave the kernel in natural log.
@@ -56,7 +56,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .fp8 import E4M3X4_TO_BF16_ASM, E4M3X4_TO_F16_ASM
+from .fp8 import E4M3X4_TO_BF16_ASM
 from .gluon_common import D_LAT, D_ROPE, LN2, LOG2E, opaque_zero, wait_for_prior_grid
 from .mla_decode_ws import _no_inf, _piece
 
@@ -92,13 +92,13 @@ def _bf16_tile():
     return gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
 
 
-# The lazy softmax (LAZY). The exact one needs each block's maximum over all 64 keys before P, and the keys are
+# The softmax is lazy. The exact one needs each block's maximum over all 64 keys before P, and the keys are
 # spread over the four MMA warps: the reduction across warps cost three barriers and two round trips through
 # shared memory between the logits and P @ V. Instead P is computed against the running maxima as they stand,
 # the warps publish their own maxima at the one barrier P needs anyway, and a block is redone (with the new
 # maxima, O and l rescaled) only when some row's maximum rose more than RESCALE_LOG2 above the running one, or the
-# row had none (the piece's first block). P then stays below 2^8: bf16 and fp16 keep their relative precision,
-# and the float32 sums have room to spare.
+# row had none (the piece's first block). P then stays below 2^8: bf16 keeps its relative precision, and the
+# float32 sums have room to spare.
 RESCALE_LOG2 = gl.constexpr(8.0)
 
 
@@ -111,71 +111,11 @@ def _red_layout():
                                       warp_bases=[[0, 0], [0, 0]], block_bases=[], shape=[4, 16])
 
 
-@gluon.constexpr_function
-def _mma_dtype(f16):
-    """The MMAs' operand type: fp16 (F16) or bf16."""
-    return gl.float16 if f16 else gl.bfloat16
-
-
 @gluon.jit
-def _w_view(tile, F16: gl.constexpr):
-    """A latent chunk of W (int32 `[64, 64]`) as the `[64, 128]` operand the MMAs read."""
-    return tile._reinterpret(_mma_dtype(F16), [BLOCK_N, CHUNK], _bf16_tile())
-
-
-@gluon.jit
-def _q_view(q_s, ch, F16: gl.constexpr):
-    """q's latent chunk ch as the MMAs' `[128, 16]` operand (F16: its bits are fp16 by then, `_q_to_f16`)."""
-    t = q_s.index(ch)
-    if F16:
-        t = t._reinterpret(gl.float16, [ROWS, CHUNK], q_s.layout)
-    return t.permute((1, 0))
-
-
-@gluon.jit
-def _p_view(p_s, F16: gl.constexpr):
-    """P^T's shared tile `[16, 64]` in the MMAs' operand type."""
-    return p_s._reinterpret(_mma_dtype(F16), [ROWS, BLOCK_N], _bf16_tile())
-
-
-@gluon.jit
-def _q_to_f16(q_s, col_l: gl.constexpr):
-    """q's bf16 latent (`q_s`, `[4, 16, 128]`) rewritten in place as fp16 values q * 2^e, e per row so that the
-    row's largest magnitude lands in [2^14, 2^15): bf16's 8 significant bits fit fp16's 11 down to 2^-17 of
-    that, so the rows convert exactly to well below anything their dot products can resolve. Returns 2^-e per
-    row (in `col_l`). The MMA warps' own shared-memory writes, fenced for the MMAs."""
-    layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
-    x0 = q_s.index(0).load(layout).to(gl.float32)
-    x1 = q_s.index(1).load(layout).to(gl.float32)
-    x2 = q_s.index(2).load(layout).to(gl.float32)
-    x3 = q_s.index(3).load(layout).to(gl.float32)
-    amax = gl.maximum(gl.maximum(gl.max(gl.abs(x0), axis=1), gl.max(gl.abs(x1), axis=1)),
-                      gl.maximum(gl.max(gl.abs(x2), axis=1), gl.max(gl.abs(x3), axis=1)))
-    # e = 14 - floor(log2 amax), kept within float32's normal powers (a zero row: e = 126)
-    biased = (amax.to(gl.int32, bitcast=True) >> 23) & 0xFF
-    e = gl.minimum(gl.maximum(141 - biased, -126), 126)
-    up = ((e + 127) << 23).to(gl.float32, bitcast=True)
-    down = ((127 - e) << 23).to(gl.float32, bitcast=True)
-    gl.thread_barrier()  # every warp has read q before any overwrites it
-    q16 = q_s._reinterpret(gl.float16, [N_CHUNKS, ROWS, CHUNK], q_s.layout)
-    q16.index(0).store((x0 * up[:, None]).to(gl.float16))
-    q16.index(1).store((x1 * up[:, None]).to(gl.float16))
-    q16.index(2).store((x2 * up[:, None]).to(gl.float16))
-    q16.index(3).store((x3 * up[:, None]).to(gl.float16))
-    fence_async_shared()
-    gl.thread_barrier()
-    return gl.convert_layout(down, col_l)
-
-
-@gluon.jit
-def _store_p(p_s, p, sc, g_i, F16: gl.constexpr):
-    """P^T times the keys' scales (W holds the unscaled latent, V too), over g_i (F16), into `p_s` as the MMAs'
-    `[K, N]` operand."""
-    if F16:
-        v = p * sc[:, None] * (1.0 / g_i)[None, :]
-    else:
-        v = p * sc[:, None]
-    _p_view(p_s, F16).store(gl.permute(v.to(_mma_dtype(F16)), (1, 0)))
+def _store_p(p_s, p, sc):
+    """P^T times the keys' scales (W holds the unscaled latent, V too) into `p_s` as the MMAs' `[K, N]`
+    operand."""
+    p_s.store(gl.permute((p * sc[:, None]).to(gl.bfloat16), (1, 0)))
 
 
 @gluon.jit
@@ -267,25 +207,19 @@ def _latent_chunk(raw_s, st, ch: gl.constexpr, layout: gl.constexpr):
 
 
 @gluon.jit
-def _store_widened(wc_s, buf, h: gl.constexpr, x, F16: gl.constexpr):
-    """`x` (`_latent_chunk`) widened to bf16 (`pagedmla.kernels.fp8`'s exact conversion) or, F16, to fp16 (the
-    native conversion, exact too), 64 int32 pairs per row, into rows [32 h, 32 h + 32) of chunk ch of W buffer
-    buf (`wc_s`: the chunk's allocation)."""
-    if F16:
-        lo2, hi2 = gl.inline_asm_elementwise(E4M3X4_TO_F16_ASM, "=r,=r,r", [x], dtype=(gl.int32, gl.int32),
-                                             is_pure=True, pack=1)
-    else:
-        lo2, hi2 = gl.inline_asm_elementwise(E4M3X4_TO_BF16_ASM, "=r,=r,r", [x], dtype=(gl.int32, gl.int32),
-                                             is_pure=True, pack=1)
+def _store_widened(wc_s, buf, h: gl.constexpr, x):
+    """`x` (`_latent_chunk`) widened to bf16 (`pagedmla.kernels.fp8`'s exact conversion), 64 int32 pairs per row,
+    into rows [32 h, 32 h + 32) of W buffer buf of a chunk (`wc_s`: the chunk's allocation)."""
+    lo2, hi2 = gl.inline_asm_elementwise(E4M3X4_TO_BF16_ASM, "=r,=r,r", [x], dtype=(gl.int32, gl.int32),
+                                         is_pure=True, pack=1)
     wc_s.index(buf).slice(h * HALF, HALF, dim=0).store(gl.join(lo2, hi2).reshape([HALF, CHUNK // 2]))
 
 
 @gluon.jit
-def _widen_half(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, k_ready, k_empty, buf, n, h: gl.constexpr, kh, lo, hi,
-                SLOTS: gl.constexpr, F16: gl.constexpr, layout: gl.constexpr, sc_layout: gl.constexpr):
-    """Half h (ring slot n % SLOTS: the block's rows [32 h, 32 h + 32), keys from kh) into W buffer buf and its
-    rope tile; returns the half's scales. F16: rows of keys outside the piece's [lo, hi) are zeroed first (the
-    native conversion keeps an e4m3 NaN a NaN, and 0 * NaN in P @ V would be NaN)."""
+def _widen_half(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, k_ready, k_empty, buf, n, h: gl.constexpr,
+                SLOTS: gl.constexpr, layout: gl.constexpr, sc_layout: gl.constexpr):
+    """Half h (ring slot n % SLOTS: the block's rows [32 h, 32 h + 32)) into W buffer buf and its rope tile;
+    returns the half's scales."""
     st = n % SLOTS
     mbarrier.wait(k_ready.index(st), (n // SLOTS) & 1)
     # the slot read whole before any store: the compiler cannot tell the slot and W apart (both are arguments of
@@ -296,38 +230,23 @@ def _widen_half(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, k_ready, k_empt
     x3 = _latent_chunk(raw_s, st, 3, layout)
     rope = rr_s.index(st).load(layout)
     sc = sc_s.index(st).load(sc_layout)
-    fence_async_shared()  # the slot's next bytes come by TMA (see the shipped kernel)
+    # the slot's next bytes come by TMA (the async proxy) once it is released: the reads above are ordered
+    # before them by a proxy fence (without it the results came out wrong now and then)
+    fence_async_shared()
     gl.thread_barrier()  # every warp is done reading the slot
     mbarrier.arrive(k_empty.index(st))
-    if F16:
-        # in every half, not only the piece's first and last: with a run-time branch (those halves only) the
-        # results came out wrong, but that was before the proxy fence above fixed the kernel's race, which may
-        # have been the cause (BENCHMARKS.md, twentieth session)
-        key = kh + gl.arange(0, HALF, gl.SliceLayout(1, layout))
-        ok = ((key >= lo) & (key < hi))[:, None]
-        x0 = gl.where(ok, x0, 0)
-        x1 = gl.where(ok, x1, 0)
-        x2 = gl.where(ok, x2, 0)
-        x3 = gl.where(ok, x3, 0)
-    _store_widened(w0_s, buf, h, x0, F16)
-    _store_widened(w1_s, buf, h, x1, F16)
-    _store_widened(w2_s, buf, h, x2, F16)
-    _store_widened(w3_s, buf, h, x3, F16)
+    _store_widened(w0_s, buf, h, x0)
+    _store_widened(w1_s, buf, h, x1)
+    _store_widened(w2_s, buf, h, x2)
+    _store_widened(w3_s, buf, h, x3)
     wr_s.index(buf).slice(h * HALF, HALF, dim=0).store(rope)
     return sc
 
 
 @gluon.jit
-def _pow2_below(x):
-    """The power of two 2^floor(log2 x) of float32 values x (its exponent bits; 1.0 for 0 or a subnormal)."""
-    p = (x.to(gl.int32, bitcast=True) & 0x7F800000).to(gl.float32, bitcast=True)
-    return gl.where(p == 0.0, 1.0, p)
-
-
-@gluon.jit
-def _widener(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, fw_s, k_ready, k_empty, w_ready, w_free, schedule_ptr,
-             offsets_ptr, cache_lengths_ptr, w, batch, num_heads, mask_code, window, SLOTS: gl.constexpr,
-             WIDEN_WARPS: gl.constexpr, F16: gl.constexpr):
+def _widener(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_free,
+             schedule_ptr, offsets_ptr, cache_lengths_ptr, w, batch, num_heads, mask_code, window,
+             SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr):
     """Each block into W buffer c % 2 once the MMA warps are done with its previous block (`w_free`): the e4m3
     latent widened to bf16, the rope columns and the scales copied, half by half (32 rows, one ring slot each,
     released as soon as it is read), one signal per block (`w_ready`). Everything is moved as int32 values (four
@@ -342,23 +261,16 @@ def _widener(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, fw_s, k_rea
     first_seq, last_seq = _span(schedule_ptr, w, batch)
     c = 0
     for b in range(first_seq, last_seq + 1):
-        _active, _whole, lo, hi, k_lo, n_blocks, _row_start, _num_q, _lo_r, _hi_r, _lo_max, _hi_min = _piece(
+        _active, _whole, _lo, _hi, _k_lo, n_blocks, _row_start, _num_q, _lo_r, _hi_r, _lo_max, _hi_min = _piece(
             schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, 0, num_heads, mask_code, window,
             gl.SliceLayout(0, layout), ROWS)
-        for i in range(n_blocks):
+        for _i in range(n_blocks):
             buf = c % 2
-            kb = k_lo + i * BLOCK_N
             mbarrier.wait(w_free.index(buf), ((c // 2) & 1) ^ 1)
-            sc0 = _widen_half(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, k_ready, k_empty, buf, 2 * c, 0, kb, lo, hi, SLOTS, F16,
+            sc0 = _widen_half(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, k_ready, k_empty, buf, 2 * c, 0, SLOTS,
                               layout, sc_layout)
-            sc1 = _widen_half(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, k_ready, k_empty, buf, 2 * c + 1, 1, kb + HALF, lo, hi,
-                              SLOTS, F16, layout, sc_layout)
-            if F16:
-                # f, a power of two near the block's largest scale: the MMA warps store P times the scales over a
-                # power of two of this size, so that it fits fp16 (see `_mma_warps`' g_i)
-                f = _pow2_below(gl.maximum(gl.max(gl.abs(sc0), axis=0), gl.max(gl.abs(sc1), axis=0)))
-                # (32 copies, in the scales' layout: a [16] vector in it was stored as 32 values, past its end)
-                fw_s.index(buf).store(gl.zeros([HALF], gl.float32, sc_layout) + f)
+            sc1 = _widen_half(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, k_ready, k_empty, buf, 2 * c + 1, 1,
+                              SLOTS, layout, sc_layout)
             scw_s.index(buf).slice(0, HALF).store(sc0)
             scw_s.index(buf).slice(HALF, HALF).store(sc1)
             fence_async_shared()  # the MMAs read W through the async proxy
@@ -368,11 +280,10 @@ def _widener(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, fw_s, k_rea
 
 
 @gluon.jit
-def _mma_warps(q_s, qr_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, fw_s, p_s, red_s, q_ready, q_empty, w_ready, w_free, schedule_ptr,
-               offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch,
-               num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h,
-               stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr, F16: gl.constexpr,
-               LAZY: gl.constexpr):
+def _mma_warps(q_s, qr_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, p_s, red_s, q_ready, q_empty, w_ready, w_free,
+               schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr,
+               w, batch, num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h,
+               stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr):
     """Logits, softmax and P @ V of each block (W buffer c % 2), then the piece's rows to `out` / `lse` or to its
     partial slot."""
     layout: gl.constexpr = _acc_layout()
@@ -392,15 +303,8 @@ def _mma_warps(q_s, qr_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, fw_s, p_s, red_s,
             o1 = gl.zeros([CHUNK, ROWS], gl.float32, layout)
             o2 = gl.zeros([CHUNK, ROWS], gl.float32, layout)
             o3 = gl.zeros([CHUNK, ROWS], gl.float32, layout)
-            # F16: the output chunks hold O / g_i and P is stored as P * scale / g_i, g_i a power of two near the
-            # keys' scales (see `_widener`), set by the piece's first block and raised by any block whose scales
-            # rose past 16 g_i (0 before the first block; bf16: 1)
-            g_i = gl.full([ROWS], 0.0 if F16 else 1.0, gl.float32, col_l)
             if n_blocks > 0:
                 mbarrier.wait(q_ready, pieces & 1)
-                if F16:
-                    # q's latent in place as fp16 times a power of two per row; qk_lat undoes it with the scale
-                    qk_lat = _q_to_f16(q_s, col_l) * qk_scale
                 for i in range(n_blocks):
                     buf = c % 2
                     k0 = k_lo + i * BLOCK_N
@@ -410,86 +314,53 @@ def _mma_warps(q_s, qr_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, fw_s, p_s, red_s,
                     s_rope = warpgroup_mma(_bf16(wr_s.index(buf), D_ROPE), qr_s.permute((1, 0)),
                                            gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False,
                                            is_async=True)
-                    s_lat = warpgroup_mma(_w_view(w0_s.index(buf), F16), _q_view(q_s, dyn, F16),
+                    s_lat = warpgroup_mma(_bf16(w0_s.index(buf), CHUNK), q_s.index(dyn).permute((1, 0)),
                                           gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False,
                                           is_async=True)
-                    s_lat = warpgroup_mma(_w_view(w1_s.index(buf), F16), _q_view(q_s, 1 + dyn, F16), s_lat,
+                    s_lat = warpgroup_mma(_bf16(w1_s.index(buf), CHUNK), q_s.index(1 + dyn).permute((1, 0)), s_lat,
                                           is_async=True)
-                    s_lat = warpgroup_mma(_w_view(w2_s.index(buf), F16), _q_view(q_s, 2 + dyn, F16), s_lat,
+                    s_lat = warpgroup_mma(_bf16(w2_s.index(buf), CHUNK), q_s.index(2 + dyn).permute((1, 0)), s_lat,
                                           is_async=True)
-                    s_lat = warpgroup_mma(_w_view(w3_s.index(buf), F16), _q_view(q_s, 3 + dyn, F16), s_lat,
+                    s_lat = warpgroup_mma(_bf16(w3_s.index(buf), CHUNK), q_s.index(3 + dyn).permute((1, 0)), s_lat,
                                           is_async=True)
                     sc = scw_s.index(buf).load(key_l)
-                    if F16:
-                        f = fw_s.index(buf).slice(0, ROWS).load(col_l)
                     s_rope, s_lat = warpgroup_mma_wait(num_outstanding=0, deps=(s_rope, s_lat))
-                    # W holds the unscaled latent: the key's scale multiplies its latent logits (F16: and q's row
-                    # times 2^e)
-                    if F16:
-                        s = s_lat * sc[:, None] * qk_lat[None, :] + s_rope * qk_scale
-                    else:
-                        s = (s_lat * sc[:, None] + s_rope) * qk_scale
+                    # W holds the unscaled latent: the key's scale multiplies its latent logits
+                    s = (s_lat * sc[:, None] + s_rope) * qk_scale
                     if (k0 < lo_max) | (k0 + BLOCK_N > hi_min):
                         j = k0 + gl.arange(0, BLOCK_N, key_l)
                         s = gl.where((j[:, None] >= lo_r[None, :]) & (j[:, None] < hi_r[None, :]), s, float("-inf"))
-                    if LAZY:
-                        # the rows' maxima over each warp's 16 keys, exchanged through shared memory at the barrier
-                        # that publishes P (see RESCALE_LOG2)
-                        red_s.index(c % 2).store(gl.max(gl.reshape(s, [4, 16, ROWS]), axis=1))
-                        # P against the running maximum as it stands: any increase is folded in only once it passes
-                        # RESCALE_LOG2 (then, or when a row had none, the block is done again below)
-                        p = gl.exp2(s - _no_inf(m_i)[None, :])
-                        # P^T, with the keys' scales (V is the unscaled latent too), as the MMAs' [K, N] operand
-                        _store_p(p_s, p, sc, g_i, F16)
-                        fence_async_shared()
-                        gl.thread_barrier()
-                        blk_max = gl.convert_layout(gl.max(red_s.index(c % 2).load(_red_layout()), axis=0), col_l)
-                        redo = blk_max > m_i + RESCALE_LOG2
-                        if F16:
-                            redo = redo | (f > 16.0 * g_i)
-                        if gl.max(redo.to(gl.int32), axis=0) > 0:
-                            m_new = gl.maximum(m_i, blk_max)
-                            m_safe = _no_inf(m_new)
-                            alpha = gl.exp2(m_i - m_safe)
-                            p = gl.exp2(s - m_safe[None, :])
-                            l_cols = l_cols * alpha[None, :]
-                            if F16:
-                                g_new = gl.maximum(g_i, f)
-                                alpha = alpha * (g_i / g_new)
-                                g_i = g_new
-                            o0 = o0 * alpha[None, :]
-                            o1 = o1 * alpha[None, :]
-                            o2 = o2 * alpha[None, :]
-                            o3 = o3 * alpha[None, :]
-                            m_i = m_new
-                            _store_p(p_s, p, sc, g_i, F16)
-                            fence_async_shared()
-                            gl.thread_barrier()
-                        l_cols = l_cols + p
-                    else:
-                        # the exact softmax: each block's maximum over all four warps before P
-                        m_new = gl.maximum(m_i, gl.max(s, axis=0))
+                    # the rows' maxima over each warp's 16 keys, exchanged through shared memory at the barrier
+                    # that publishes P (see RESCALE_LOG2)
+                    red_s.index(c % 2).store(gl.max(gl.reshape(s, [4, 16, ROWS]), axis=1))
+                    # P against the running maximum as it stands: any increase is folded in only once it passes
+                    # RESCALE_LOG2 (then, or when a row had none, the block is done again below)
+                    p = gl.exp2(s - _no_inf(m_i)[None, :])
+                    # P^T, with the keys' scales (V is the unscaled latent too), as the MMAs' [K, N] operand
+                    _store_p(p_s, p, sc)
+                    fence_async_shared()
+                    gl.thread_barrier()
+                    blk_max = gl.convert_layout(gl.max(red_s.index(c % 2).load(_red_layout()), axis=0), col_l)
+                    if gl.max((blk_max > m_i + RESCALE_LOG2).to(gl.int32), axis=0) > 0:
+                        m_new = gl.maximum(m_i, blk_max)
                         m_safe = _no_inf(m_new)
                         alpha = gl.exp2(m_i - m_safe)
                         p = gl.exp2(s - m_safe[None, :])
-                        l_cols = l_cols * alpha[None, :] + p
-                        if F16:
-                            # the chunks move from units of g_i to this block's f
-                            alpha = alpha * (g_i / f)
-                            g_i = f
+                        l_cols = l_cols * alpha[None, :]
                         o0 = o0 * alpha[None, :]
                         o1 = o1 * alpha[None, :]
                         o2 = o2 * alpha[None, :]
                         o3 = o3 * alpha[None, :]
                         m_i = m_new
-                        _store_p(p_s, p, sc, g_i, F16)
+                        _store_p(p_s, p, sc)
                         fence_async_shared()
                         gl.thread_barrier()
-                    pt = _p_view(p_s, F16).permute((1, 0))
-                    o0 = warpgroup_mma(_w_view(w0_s.index(buf), F16).permute((1, 0)), pt, o0, is_async=True)
-                    o1 = warpgroup_mma(_w_view(w1_s.index(buf), F16).permute((1, 0)), pt, o1, is_async=True)
-                    o2 = warpgroup_mma(_w_view(w2_s.index(buf), F16).permute((1, 0)), pt, o2, is_async=True)
-                    o3 = warpgroup_mma(_w_view(w3_s.index(buf), F16).permute((1, 0)), pt, o3,
+                    l_cols = l_cols + p
+                    pt = p_s.permute((1, 0))
+                    o0 = warpgroup_mma(_bf16(w0_s.index(buf), CHUNK).permute((1, 0)), pt, o0, is_async=True)
+                    o1 = warpgroup_mma(_bf16(w1_s.index(buf), CHUNK).permute((1, 0)), pt, o1, is_async=True)
+                    o2 = warpgroup_mma(_bf16(w2_s.index(buf), CHUNK).permute((1, 0)), pt, o2, is_async=True)
+                    o3 = warpgroup_mma(_bf16(w3_s.index(buf), CHUNK).permute((1, 0)), pt, o3,
                                        is_async=True)
                     o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
                     mbarrier.arrive(w_free.index(buf))
@@ -513,14 +384,14 @@ def _mma_warps(q_s, qr_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, fw_s, p_s, red_s,
             sink = gl.where(whole & HAS_SINK, gl.load(sink_ptr + heads, mask=rows_ok, other=0.0) * LOG2E,
                             float("-inf"))
             if whole:
-                inv = gl.where(has, g_i / (l_safe + gl.exp2(sink - m_use)), 0.0)
+                inv = gl.where(has, 1.0 / (l_safe + gl.exp2(sink - m_use)), 0.0)
                 o_row = (row_start + rows // num_heads).to(gl.int64) * stride_o_t + heads.to(gl.int64) * stride_o_h
                 _store_chunks(out_ptr, o_row, o0, o1, o2, o3, inv, rows_ok, False)
                 gl.store(lse_ptr + (row_start + rows // num_heads).to(gl.int64) * stride_lse_t
                          + heads.to(gl.int64) * stride_lse_h, lse, mask=rows_ok)
             else:
                 slot = (2 * w + (b != first_seq).to(gl.int32)).to(gl.int64)
-                inv = gl.where(has, g_i / l_safe, 0.0)
+                inv = gl.where(has, 1.0 / l_safe, 0.0)
                 _store_chunks(part_out_ptr, slot * stride_po_s + rows.to(gl.int64) * stride_po_r, o0, o1, o2, o3, inv,
                               rows_ok, True)
                 gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, eviction_policy="evict_last")
@@ -558,7 +429,7 @@ def _mla_decode_ws16_kernel(
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
     stride_s_b, stride_s_s,
     HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr, WIDEN_REGS: gl.constexpr,
-    LOADER_REGS: gl.constexpr, F16: gl.constexpr, LAZY: gl.constexpr,
+    LOADER_REGS: gl.constexpr,
 ):
     """Program w: worker w's span of the schedule. The cache is read through `lat_desc` and `rope_desc`, its
     640-byte rows as a 2-D float32 view `[rows, 160]` (bits copied as they are: columns 0-127 the e4m3 latent,
@@ -581,7 +452,6 @@ def _mla_decode_ws16_kernel(
     w3_s = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, CHUNK // 2], _i32_tile())
     wr_s = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N, D_ROPE // 2], _i32_tile())
     scw_s = gl.allocate_shared_memory(gl.float32, [2, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    fw_s = gl.allocate_shared_memory(gl.float32, [2, HALF], gl.SwizzledSharedLayout(1, 1, 1, [0]))  # F16's f
     p_s = gl.allocate_shared_memory(gl.bfloat16, [ROWS, BLOCK_N], _bf16_tile())
     # the MMA warps' per-warp row maxima, two blocks' worth (a block's are read after the barrier that publishes
     # its P and written again two blocks later, past the next block's barrier)
@@ -604,13 +474,13 @@ def _mla_decode_ws16_kernel(
     fence_async_shared()
 
     gl.warp_specialize([
-        (_mma_warps, (q_s, qr_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, fw_s, p_s, red_s, q_ready, q_empty, w_ready, w_free, schedule_ptr,
-                      offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w,
-                      batch, num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h, stride_lse_t,
-                      stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK, F16, LAZY)),
-        (_widener, (raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, fw_s, k_ready, k_empty, w_ready, w_free, schedule_ptr,
-                    offsets_ptr, cache_lengths_ptr, w, batch, num_heads, mask_code, window, SLOTS, WIDEN_WARPS,
-                    F16)),
+        (_mma_warps, (q_s, qr_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, p_s, red_s, q_ready, q_empty, w_ready, w_free,
+                      schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr,
+                      part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h,
+                      stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK)),
+        (_widener, (raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_free,
+                    schedule_ptr, offsets_ptr, cache_lengths_ptr, w, batch, num_heads, mask_code, window, SLOTS,
+                    WIDEN_WARPS)),
         (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
                    k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch,
                    num_heads, mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b,

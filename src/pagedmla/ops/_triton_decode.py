@@ -360,11 +360,6 @@ WS16_SLOTS = 3
 WS16_WIDEN_WARPS = 4
 WS16_WIDEN_REGS = 96
 WS16_LOADER_REGS = 48
-# its softmax: against running maxima, redone only for blocks whose maxima rose too far (see
-# `mla_decode_ws16.RESCALE_LOG2`), or exact per block
-WS16_LAZY_RESCALE = True
-# the MMAs' operand type: fp16 (the native e4m3 conversion; q and P scaled into fp16's range) or bf16
-WS16_F16 = False
 
 
 def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
@@ -391,7 +386,7 @@ def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         lse.stride(1), part_out.stride(0), part_out.stride(1), part_lse.stride(0), scales.stride(0),
         scales.stride(3),
         HAS_SINK=sink is not lse, SLOTS=WS16_SLOTS, WIDEN_WARPS=WS16_WIDEN_WARPS, WIDEN_REGS=WS16_WIDEN_REGS,
-        LOADER_REGS=WS16_LOADER_REGS, F16=WS16_F16, LAZY=WS16_LAZY_RESCALE,
+        LOADER_REGS=WS16_LOADER_REGS,
         num_warps=4, **pdl_kwargs(pdl))
 
 
