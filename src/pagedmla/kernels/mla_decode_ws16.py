@@ -244,6 +244,72 @@ def _widen_half(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, k_ready, k_empt
 
 
 @gluon.jit
+def _read_half(raw_s, rr_s, sc_s, k_ready, n, SLOTS: gl.constexpr, layout: gl.constexpr,
+               sc_layout: gl.constexpr):
+    """Ring slot n % SLOTS once its copies have landed: its latent (four int32 chunks), rope and scales."""
+    st = n % SLOTS
+    mbarrier.wait(k_ready.index(st), (n // SLOTS) & 1)
+    return (_latent_chunk(raw_s, st, 0, layout), _latent_chunk(raw_s, st, 1, layout),
+            _latent_chunk(raw_s, st, 2, layout), _latent_chunk(raw_s, st, 3, layout), rr_s.index(st).load(layout),
+            sc_s.index(st).load(sc_layout))
+
+
+@gluon.jit
+def _release_slot(k_empty, n, SLOTS: gl.constexpr):
+    """Ring slot n % SLOTS back to the loader, once every warp's reads of it are done: a proxy fence (the slot's
+    next bytes come by TMA, the async proxy; without it the results came out wrong now and then), a barrier."""
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(k_empty.index(n % SLOTS))
+
+
+@gluon.jit
+def _write_half(w0_s, w1_s, w2_s, w3_s, wr_s, buf, h: gl.constexpr, x0, x1, x2, x3, rope):
+    """A half read by `_read_half` into rows [32 h, 32 h + 32) of W buffer buf, widened, and its rope tile."""
+    _store_widened(w0_s, buf, h, x0)
+    _store_widened(w1_s, buf, h, x1)
+    _store_widened(w2_s, buf, h, x2)
+    _store_widened(w3_s, buf, h, x3)
+    wr_s.index(buf).slice(h * HALF, HALF, dim=0).store(rope)
+
+
+@gluon.jit
+def _widener_pipelined(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_free,
+                       schedule_ptr, offsets_ptr, cache_lengths_ptr, w, batch, num_heads, mask_code, window,
+                       SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr):
+    """`_widener`, each half's slot read one step ahead: the next half's loads are in flight while this one is
+    widened and stored (the worker's blocks over all its pieces, as one sequence of halves)."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [WIDEN_WARPS, 1], [1, 0])
+    sc_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WIDEN_WARPS], [0])
+    wait_for_prior_grid(w)
+    first_seq, last_seq = _span(schedule_ptr, w, batch)
+    total = 0
+    for b in range(first_seq, last_seq + 1):
+        _active, _whole, _lo, _hi, _k_lo, n_blocks, _row_start, _num_q, _lo_r, _hi_r, _lo_max, _hi_min = _piece(
+            schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, 0, num_heads, mask_code, window,
+            gl.SliceLayout(0, layout), ROWS)
+        total += n_blocks
+    if total > 0:
+        x0, x1, x2, x3, xr, xs = _read_half(raw_s, rr_s, sc_s, k_ready, 0, SLOTS, layout, sc_layout)
+        for c in range(total):
+            buf = c % 2
+            _release_slot(k_empty, 2 * c, SLOTS)
+            y0, y1, y2, y3, yr, ys = _read_half(raw_s, rr_s, sc_s, k_ready, 2 * c + 1, SLOTS, layout, sc_layout)
+            mbarrier.wait(w_free.index(buf), ((c // 2) & 1) ^ 1)
+            _write_half(w0_s, w1_s, w2_s, w3_s, wr_s, buf, 0, x0, x1, x2, x3, xr)
+            scw_s.index(buf).slice(0, HALF).store(xs)
+            _release_slot(k_empty, 2 * c + 1, SLOTS)
+            if c + 1 < total:
+                x0, x1, x2, x3, xr, xs = _read_half(raw_s, rr_s, sc_s, k_ready, 2 * c + 2, SLOTS, layout,
+                                                    sc_layout)
+            _write_half(w0_s, w1_s, w2_s, w3_s, wr_s, buf, 1, y0, y1, y2, y3, yr)
+            scw_s.index(buf).slice(HALF, HALF).store(ys)
+            fence_async_shared()  # the MMAs read W through the async proxy
+            gl.thread_barrier()  # every thread's part of the block is written
+            mbarrier.arrive(w_ready.index(buf))
+
+
+@gluon.jit
 def _widener(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_free,
              schedule_ptr, offsets_ptr, cache_lengths_ptr, w, batch, num_heads, mask_code, window,
              SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr):
@@ -429,7 +495,7 @@ def _mla_decode_ws16_kernel(
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
     stride_s_b, stride_s_s,
     HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr, WIDEN_REGS: gl.constexpr,
-    LOADER_REGS: gl.constexpr,
+    LOADER_REGS: gl.constexpr, WIDEN_PIPELINE: gl.constexpr,
 ):
     """Program w: worker w's span of the schedule. The cache is read through `lat_desc` and `rope_desc`, its
     640-byte rows as a 2-D float32 view `[rows, 160]` (bits copied as they are: columns 0-127 the e4m3 latent,
@@ -478,9 +544,9 @@ def _mla_decode_ws16_kernel(
                       schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr,
                       part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h,
                       stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK)),
-        (_widener, (raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_free,
-                    schedule_ptr, offsets_ptr, cache_lengths_ptr, w, batch, num_heads, mask_code, window, SLOTS,
-                    WIDEN_WARPS)),
+        (_widener_pipelined if WIDEN_PIPELINE else _widener,
+         (raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_free, schedule_ptr,
+          offsets_ptr, cache_lengths_ptr, w, batch, num_heads, mask_code, window, SLOTS, WIDEN_WARPS)),
         (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
                    k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch,
                    num_heads, mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b,

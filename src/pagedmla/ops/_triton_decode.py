@@ -360,6 +360,8 @@ WS16_SLOTS = 3
 WS16_WIDEN_WARPS = 4
 WS16_WIDEN_REGS = 96
 WS16_LOADER_REGS = 48
+# its widen warps read each ring slot one half ahead (`mla_decode_ws16._widener_pipelined`)
+WS16_WIDEN_PIPELINE = False
 
 
 def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
@@ -386,7 +388,7 @@ def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         lse.stride(1), part_out.stride(0), part_out.stride(1), part_lse.stride(0), scales.stride(0),
         scales.stride(3),
         HAS_SINK=sink is not lse, SLOTS=WS16_SLOTS, WIDEN_WARPS=WS16_WIDEN_WARPS, WIDEN_REGS=WS16_WIDEN_REGS,
-        LOADER_REGS=WS16_LOADER_REGS,
+        LOADER_REGS=WS16_LOADER_REGS, WIDEN_PIPELINE=WS16_WIDEN_PIPELINE,
         num_warps=4, **pdl_kwargs(pdl))
 
 
