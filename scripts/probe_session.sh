@@ -7,7 +7,7 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 f="$OUT/gpu-tests-ws16-pipeline-$COMMIT.txt"
-PYTHONPATH=src timeout 150 python3 - > "$f" 2>&1 <<PY
+PYTHONPATH=src timeout 100 python3 - > "$f" 2>&1 <<PY
 import sys, pytest
 import pagedmla.ops._triton_decode as t
 t.WS16_WIDEN_PIPELINE = True
@@ -15,11 +15,11 @@ t.WS16_WIDEN_REGS = 128
 sys.exit(pytest.main(["-q", "-m", "gpu", "-p", "no:cacheprovider", "-rf", "tests/test_decode_triton.py", "-k", "ws16"]))
 PY
 echo "ws16 tests (pipeline) rc $?"; tail -1 "$f"; grep -E "^FAILED" "$f" | head -8
-PYTHONPATH=src timeout 60 python3 benchmarks/experiments/ws16_stress.py --reps 2 --set WS16_WIDEN_PIPELINE=1 \
+PYTHONPATH=src timeout 45 python3 benchmarks/experiments/ws16_stress.py --reps 1 --set WS16_WIDEN_PIPELINE=1 \
   --set WS16_WIDEN_REGS=128 > "$OUT/stress-pipeline-$COMMIT.txt" 2>&1
 echo "stress rc $?"; grep -E "over|worst|Error|differ" "$OUT/stress-pipeline-$COMMIT.txt" | head -8
 f="$OUT/ab-pipeline-$COMMIT.txt"
-PYTHONPATH=src:benchmarks timeout 200 python3 benchmarks/experiments/ws16_variants.py --case 64,4096 \
-  --case 128,4096 --case 1,16384 --variant pipeline=0 --variant pipeline=0,widen_regs=128 \
-  --variant pipeline=1 --variant pipeline=1,widen_regs=128 --repeat 2 > "$f" 2>&1
+PYTHONPATH=src:benchmarks timeout 120 python3 benchmarks/experiments/ws16_variants.py --case 64,4096 \
+  --case 128,4096 --variant pipeline=0 \
+  --variant pipeline=1 --variant pipeline=1,widen_regs=128 --repeat 1 > "$f" 2>&1
 echo "ab rc $?"; grep -v "^#" "$f" | sed 's/ TB\/s.*//'

@@ -277,36 +277,39 @@ def _write_half(w0_s, w1_s, w2_s, w3_s, wr_s, buf, h: gl.constexpr, x0, x1, x2, 
 def _widener_pipelined(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_free,
                        schedule_ptr, offsets_ptr, cache_lengths_ptr, w, batch, num_heads, mask_code, window,
                        SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr):
-    """`_widener`, each half's slot read one step ahead: the next half's loads are in flight while this one is
-    widened and stored (the worker's blocks over all its pieces, as one sequence of halves)."""
+    """`_widener`, each half's slot read one step ahead within a piece: the next half's loads are in flight while
+    this one is widened and stored."""
     layout: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [WIDEN_WARPS, 1], [1, 0])
     sc_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WIDEN_WARPS], [0])
     wait_for_prior_grid(w)
     first_seq, last_seq = _span(schedule_ptr, w, batch)
-    total = 0
+    c = 0
     for b in range(first_seq, last_seq + 1):
         _active, _whole, _lo, _hi, _k_lo, n_blocks, _row_start, _num_q, _lo_r, _hi_r, _lo_max, _hi_min = _piece(
             schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, 0, num_heads, mask_code, window,
             gl.SliceLayout(0, layout), ROWS)
-        total += n_blocks
-    if total > 0:
-        x0, x1, x2, x3, xr, xs = _read_half(raw_s, rr_s, sc_s, k_ready, 0, SLOTS, layout, sc_layout)
-        for c in range(total):
-            buf = c % 2
-            _release_slot(k_empty, 2 * c, SLOTS)
-            y0, y1, y2, y3, yr, ys = _read_half(raw_s, rr_s, sc_s, k_ready, 2 * c + 1, SLOTS, layout, sc_layout)
-            mbarrier.wait(w_free.index(buf), ((c // 2) & 1) ^ 1)
-            _write_half(w0_s, w1_s, w2_s, w3_s, wr_s, buf, 0, x0, x1, x2, x3, xr)
-            scw_s.index(buf).slice(0, HALF).store(xs)
-            _release_slot(k_empty, 2 * c + 1, SLOTS)
-            if c + 1 < total:
-                x0, x1, x2, x3, xr, xs = _read_half(raw_s, rr_s, sc_s, k_ready, 2 * c + 2, SLOTS, layout,
+        # never ahead into the next piece: its copies wait for the MMA warps to release q, which they do only
+        # after this piece's last block, which waits for this partition (a read ahead across pieces hung)
+        if n_blocks > 0:
+            x0, x1, x2, x3, xr, xs = _read_half(raw_s, rr_s, sc_s, k_ready, 2 * c, SLOTS, layout, sc_layout)
+            for i in range(n_blocks):
+                buf = c % 2
+                _release_slot(k_empty, 2 * c, SLOTS)
+                y0, y1, y2, y3, yr, ys = _read_half(raw_s, rr_s, sc_s, k_ready, 2 * c + 1, SLOTS, layout,
                                                     sc_layout)
-            _write_half(w0_s, w1_s, w2_s, w3_s, wr_s, buf, 1, y0, y1, y2, y3, yr)
-            scw_s.index(buf).slice(HALF, HALF).store(ys)
-            fence_async_shared()  # the MMAs read W through the async proxy
-            gl.thread_barrier()  # every thread's part of the block is written
-            mbarrier.arrive(w_ready.index(buf))
+                mbarrier.wait(w_free.index(buf), ((c // 2) & 1) ^ 1)
+                _write_half(w0_s, w1_s, w2_s, w3_s, wr_s, buf, 0, x0, x1, x2, x3, xr)
+                scw_s.index(buf).slice(0, HALF).store(xs)
+                _release_slot(k_empty, 2 * c + 1, SLOTS)
+                if i + 1 < n_blocks:
+                    x0, x1, x2, x3, xr, xs = _read_half(raw_s, rr_s, sc_s, k_ready, 2 * c + 2, SLOTS, layout,
+                                                        sc_layout)
+                _write_half(w0_s, w1_s, w2_s, w3_s, wr_s, buf, 1, y0, y1, y2, y3, yr)
+                scw_s.index(buf).slice(HALF, HALF).store(ys)
+                fence_async_shared()  # the MMAs read W through the async proxy
+                gl.thread_barrier()  # every thread's part of the block is written
+                mbarrier.arrive(w_ready.index(buf))
+                c += 1
 
 
 @gluon.jit
