@@ -338,7 +338,7 @@ def decode_ws16(sink: bool = True):
                  scales_ptr="*fp32")
     const = dict(HAS_SINK=sink, SLOTS=td.WS16_SLOTS, WIDEN_WARPS=td.WS16_WIDEN_WARPS,
                  WIDEN_REGS=td.WS16_WIDEN_REGS,
-                 LOADER_REGS=td.WS16_LOADER_REGS, WIDEN_PIPELINE=td.WS16_WIDEN_PIPELINE)
+                 LOADER_REGS=td.WS16_LOADER_REGS)
     return _mla_decode_ws16_kernel, types, const, 4, 1
 
 

@@ -25,8 +25,8 @@ from stamped_kernels import SourcePatch, load_patched
 from pagedmla.configs.decode import WS16
 from pagedmla.ops import _triton_decode
 
-# the widen partition's block loop, replaced by one that only passes the barriers on (the original body stays,
-# under a loop of no iterations, so the patch needs no re-indenting)
+# the widen partition's block loop, replaced by one that only passes the barriers on (the original stays, under a
+# condition that never holds, so the patch needs no re-indenting)
 WIDEN_PASS = """        for i in range(n_blocks):
             buf = c % 2
             mbarrier.wait(w_free.index(buf), ((c // 2) & 1) ^ 1)
@@ -36,7 +36,6 @@ WIDEN_PASS = """        for i in range(n_blocks):
                 mbarrier.arrive(k_empty.index(n % SLOTS))
             mbarrier.arrive(w_ready.index(buf))
             c += 1
-        for i in range(0):
 """
 MMA_PASS = """                for i in range(n_blocks):
                     buf = c % 2
@@ -68,7 +67,7 @@ def _source(no_widen: bool, no_mma: bool, no_pv: bool = False, no_logits: bool =
     for rel in ("fp8", "gluon_common", "mla_decode_ws"):
         patch.sub(f"from .{rel} ", f"from pagedmla.kernels.{rel} ")
     if no_widen:
-        patch.sub("        for _i in range(n_blocks):\n            buf = c % 2\n", WIDEN_PASS + "            buf = c % 2\n")
+        patch.sub("        if n_blocks > 0:\n            x0, x1,", WIDEN_PASS + "        if n_blocks < 0:\n            x0, x1,")
     if no_mma:
         patch.sub("                for i in range(n_blocks):\n                    buf = c % 2\n"
                   "                    k0 = k_lo + i * BLOCK_N\n",

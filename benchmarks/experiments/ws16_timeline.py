@@ -60,26 +60,20 @@ def _patched_source() -> str:
         "               stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr, stamps_ptr):\n")
     sub("stride_po_s, stride_po_r, stride_pl_s, HAS_SINK)),", "stride_po_s, stride_po_r, stride_pl_s, HAS_SINK, stamps_ptr)),")
     sub("SLOTS,\n                    WIDEN_WARPS)),", "SLOTS,\n                    WIDEN_WARPS, stamps_ptr)),")
-    # _widen_half stamps its second half's arrival
-    sub("                SLOTS: gl.constexpr, layout: gl.constexpr, sc_layout: gl.constexpr):\n",
-        "                SLOTS: gl.constexpr, layout: gl.constexpr, sc_layout: gl.constexpr, stamps_ptr):\n")
-    sub("2 * c, 0, SLOTS,\n                              layout, sc_layout)",
-        "2 * c, 0, SLOTS,\n                              layout, sc_layout, stamps_ptr)")
-    sub("2 * c + 1, 1,\n                              SLOTS, layout, sc_layout)",
-        "2 * c + 1, 1,\n                              SLOTS, layout, sc_layout, stamps_ptr)")
     sub("stride_lt_b, SLOTS)),", "stride_lt_b, SLOTS, stamps_ptr)),")
     # loader (the block's second half overwrites the first's stamp)
     sub("                        tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))\n",
         "                        tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))\n"
         "                        _stamp(stamps_ptr, c, 0)\n")
     # widen
-    sub("            mbarrier.wait(w_free.index(buf), ((c // 2) & 1) ^ 1)\n",
-        "            mbarrier.wait(w_free.index(buf), ((c // 2) & 1) ^ 1)\n            _stamp(stamps_ptr, c, 1)\n")
-    sub("    mbarrier.wait(k_ready.index(st), (n // SLOTS) & 1)\n    # the slot",
-        "    mbarrier.wait(k_ready.index(st), (n // SLOTS) & 1)\n    if h == 1:\n        _stamp(stamps_ptr, n // 2, 2)\n"
-        "    # the slot")
-    sub("            mbarrier.arrive(w_ready.index(buf))\n",
-        "            _stamp(stamps_ptr, c, 3)\n            mbarrier.arrive(w_ready.index(buf))\n")
+    # (the second half arrives, read ahead, before the block's W buffer is waited for)
+    sub("                                                    sc_layout)\n                mbarrier.wait(w_free",
+        "                                                    sc_layout)\n                _stamp(stamps_ptr, c, 2)\n"
+        "                mbarrier.wait(w_free")
+    sub("                mbarrier.wait(w_free.index(buf), ((c // 2) & 1) ^ 1)\n",
+        "                mbarrier.wait(w_free.index(buf), ((c // 2) & 1) ^ 1)\n                _stamp(stamps_ptr, c, 1)\n")
+    sub("                mbarrier.arrive(w_ready.index(buf))\n",
+        "                _stamp(stamps_ptr, c, 3)\n                mbarrier.arrive(w_ready.index(buf))\n")
     # MMA
     sub("                    mbarrier.wait(w_ready.index(buf), (c // 2) & 1)\n",
         "                    mbarrier.wait(w_ready.index(buf), (c // 2) & 1)\n                    _stamp(stamps_ptr, c, 4)\n")

@@ -21,7 +21,7 @@ from pagedmla.configs.decode import WS16
 from pagedmla.ops import _triton_decode
 
 KNOBS = {"slots": "WS16_SLOTS", "widen_warps": "WS16_WIDEN_WARPS", "widen_regs": "WS16_WIDEN_REGS",
-         "loader_regs": "WS16_LOADER_REGS", "pipeline": "WS16_WIDEN_PIPELINE"}
+         "loader_regs": "WS16_LOADER_REGS"}
 
 
 def _timed(case: Case, plan, config, label: str) -> None:

@@ -216,34 +216,6 @@ def _store_widened(wc_s, buf, h: gl.constexpr, x):
 
 
 @gluon.jit
-def _widen_half(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, k_ready, k_empty, buf, n, h: gl.constexpr,
-                SLOTS: gl.constexpr, layout: gl.constexpr, sc_layout: gl.constexpr):
-    """Half h (ring slot n % SLOTS: the block's rows [32 h, 32 h + 32)) into W buffer buf and its rope tile;
-    returns the half's scales."""
-    st = n % SLOTS
-    mbarrier.wait(k_ready.index(st), (n // SLOTS) & 1)
-    # the slot read whole before any store: the compiler cannot tell the slot and W apart (both are arguments of
-    # the partition) and put a barrier between each chunk's store and the next load
-    x0 = _latent_chunk(raw_s, st, 0, layout)
-    x1 = _latent_chunk(raw_s, st, 1, layout)
-    x2 = _latent_chunk(raw_s, st, 2, layout)
-    x3 = _latent_chunk(raw_s, st, 3, layout)
-    rope = rr_s.index(st).load(layout)
-    sc = sc_s.index(st).load(sc_layout)
-    # the slot's next bytes come by TMA (the async proxy) once it is released: the reads above are ordered
-    # before them by a proxy fence (without it the results came out wrong now and then)
-    fence_async_shared()
-    gl.thread_barrier()  # every warp is done reading the slot
-    mbarrier.arrive(k_empty.index(st))
-    _store_widened(w0_s, buf, h, x0)
-    _store_widened(w1_s, buf, h, x1)
-    _store_widened(w2_s, buf, h, x2)
-    _store_widened(w3_s, buf, h, x3)
-    wr_s.index(buf).slice(h * HALF, HALF, dim=0).store(rope)
-    return sc
-
-
-@gluon.jit
 def _read_half(raw_s, rr_s, sc_s, k_ready, n, SLOTS: gl.constexpr, layout: gl.constexpr,
                sc_layout: gl.constexpr):
     """Ring slot n % SLOTS once its copies have landed: its latent (four int32 chunks), rope and scales."""
@@ -274,11 +246,19 @@ def _write_half(w0_s, w1_s, w2_s, w3_s, wr_s, buf, h: gl.constexpr, x0, x1, x2, 
 
 
 @gluon.jit
-def _widener_pipelined(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_free,
-                       schedule_ptr, offsets_ptr, cache_lengths_ptr, w, batch, num_heads, mask_code, window,
-                       SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr):
-    """`_widener`, each half's slot read one step ahead within a piece: the next half's loads are in flight while
-    this one is widened and stored."""
+def _widener(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_free,
+             schedule_ptr, offsets_ptr, cache_lengths_ptr, w, batch, num_heads, mask_code, window,
+             SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr):
+    """Each block into W buffer c % 2 once the MMA warps are done with its previous block (`w_free`): the e4m3
+    latent widened to bf16, the rope columns and the scales copied, half by half (32 rows, one ring slot each,
+    released as soon as it is read), one signal per block (`w_ready`). Within a piece each half's slot is read
+    one step ahead, so that its loads are in flight while the previous half is widened and stored (1.9% faster
+    at B64 and B128 N4096, BENCHMARKS.md, twenty-first session; with 96 registers it spilled and was slower). Everything is moved as int32 values (four
+    e4m3 or two bf16 values each): with the e4m3 values as bytes the compiler spent three byte permutes per
+    four values repacking them for the conversion.
+
+    Rows of keys outside the piece are widened like the others, unmasked: every e4m3 byte (NaN's too) widens to
+    a finite value, and their P is 0 (their logits are masked, their scales copied as 0)."""
     layout: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [WIDEN_WARPS, 1], [1, 0])
     sc_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WIDEN_WARPS], [0])
     wait_for_prior_grid(w)
@@ -310,42 +290,6 @@ def _widener_pipelined(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, k
                 gl.thread_barrier()  # every thread's part of the block is written
                 mbarrier.arrive(w_ready.index(buf))
                 c += 1
-
-
-@gluon.jit
-def _widener(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_free,
-             schedule_ptr, offsets_ptr, cache_lengths_ptr, w, batch, num_heads, mask_code, window,
-             SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr):
-    """Each block into W buffer c % 2 once the MMA warps are done with its previous block (`w_free`): the e4m3
-    latent widened to bf16, the rope columns and the scales copied, half by half (32 rows, one ring slot each,
-    released as soon as it is read), one signal per block (`w_ready`). Everything is moved as int32 values (four
-    e4m3 or two bf16 values each): with the e4m3 values as bytes the compiler spent three byte permutes per
-    four values repacking them for the conversion.
-
-    Rows of keys outside the piece are widened like the others, unmasked: every e4m3 byte (NaN's too) widens to
-    a finite value, and their P is 0 (their logits are masked, their scales copied as 0)."""
-    layout: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [WIDEN_WARPS, 1], [1, 0])
-    sc_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WIDEN_WARPS], [0])
-    wait_for_prior_grid(w)
-    first_seq, last_seq = _span(schedule_ptr, w, batch)
-    c = 0
-    for b in range(first_seq, last_seq + 1):
-        _active, _whole, _lo, _hi, _k_lo, n_blocks, _row_start, _num_q, _lo_r, _hi_r, _lo_max, _hi_min = _piece(
-            schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, 0, num_heads, mask_code, window,
-            gl.SliceLayout(0, layout), ROWS)
-        for _i in range(n_blocks):
-            buf = c % 2
-            mbarrier.wait(w_free.index(buf), ((c // 2) & 1) ^ 1)
-            sc0 = _widen_half(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, k_ready, k_empty, buf, 2 * c, 0, SLOTS,
-                              layout, sc_layout)
-            sc1 = _widen_half(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, k_ready, k_empty, buf, 2 * c + 1, 1,
-                              SLOTS, layout, sc_layout)
-            scw_s.index(buf).slice(0, HALF).store(sc0)
-            scw_s.index(buf).slice(HALF, HALF).store(sc1)
-            fence_async_shared()  # the MMAs read W through the async proxy
-            gl.thread_barrier()  # every thread's part of the block is written
-            mbarrier.arrive(w_ready.index(buf))
-            c += 1
 
 
 @gluon.jit
@@ -498,7 +442,7 @@ def _mla_decode_ws16_kernel(
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
     stride_s_b, stride_s_s,
     HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr, WIDEN_REGS: gl.constexpr,
-    LOADER_REGS: gl.constexpr, WIDEN_PIPELINE: gl.constexpr,
+    LOADER_REGS: gl.constexpr,
 ):
     """Program w: worker w's span of the schedule. The cache is read through `lat_desc` and `rope_desc`, its
     640-byte rows as a 2-D float32 view `[rows, 160]` (bits copied as they are: columns 0-127 the e4m3 latent,
@@ -547,9 +491,9 @@ def _mla_decode_ws16_kernel(
                       schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr,
                       part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h,
                       stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK)),
-        (_widener_pipelined if WIDEN_PIPELINE else _widener,
-         (raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_free, schedule_ptr,
-          offsets_ptr, cache_lengths_ptr, w, batch, num_heads, mask_code, window, SLOTS, WIDEN_WARPS)),
+        (_widener, (raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, k_ready, k_empty, w_ready, w_free,
+                    schedule_ptr, offsets_ptr, cache_lengths_ptr, w, batch, num_heads, mask_code, window, SLOTS,
+                    WIDEN_WARPS)),
         (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
                    k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch,
                    num_heads, mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b,

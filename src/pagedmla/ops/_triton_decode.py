@@ -355,13 +355,12 @@ def decode_ws16_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_i
 
 # shared-memory ring slots (32 rows each) of `_mla_decode_ws16_kernel` (3: 225 KB in all), its widen warps and
 # the registers of its widen and loader partitions. H200 (ws16_variants.py, BENCHMARKS.md, nineteenth session):
-# 4 widen warps B64 N4096 81.1 us, B128 147.0, B1 N16384 13.5; 8 warps 83.1, 152.4, 13.7
+# 4 widen warps B64 N4096 81.1 us, B128 147.0, B1 N16384 13.5; 8 warps 83.1, 152.4, 13.7. 128 widen registers since
+# the widen warps read one half ahead (twenty-first session): with 96 they spilled (88.2 against 79.0 us at B64)
 WS16_SLOTS = 3
 WS16_WIDEN_WARPS = 4
-WS16_WIDEN_REGS = 96
+WS16_WIDEN_REGS = 128
 WS16_LOADER_REGS = 48
-# its widen warps read each ring slot one half ahead (`mla_decode_ws16._widener_pipelined`)
-WS16_WIDEN_PIPELINE = False
 
 
 def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
@@ -388,7 +387,7 @@ def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         lse.stride(1), part_out.stride(0), part_out.stride(1), part_lse.stride(0), scales.stride(0),
         scales.stride(3),
         HAS_SINK=sink is not lse, SLOTS=WS16_SLOTS, WIDEN_WARPS=WS16_WIDEN_WARPS, WIDEN_REGS=WS16_WIDEN_REGS,
-        LOADER_REGS=WS16_LOADER_REGS, WIDEN_PIPELINE=WS16_WIDEN_PIPELINE,
+        LOADER_REGS=WS16_LOADER_REGS,
         num_warps=4, **pdl_kwargs(pdl))
 
 
