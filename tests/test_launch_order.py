@@ -93,8 +93,8 @@ def unwaited_global_ops(ptx: str) -> tuple[int, list[str]]:
     return len(count), sorted(line for _, line in bad)
 
 
-# compiles each case for sm_90a and writes its PTX to <dir>/<case>.ptx (run in a process of its own: the CPU
-# tier's interpreter flag replaces the kernels with interpreted functions, which do not compile)
+# compiles each case for sm_90a and writes its PTX and TTGIR to <dir>/<case>.ptx / .ttgir (run in a process of its
+# own: the CPU tier's interpreter flag replaces the kernels with interpreted functions, which do not compile)
 _COMPILE = """
 import sys
 import cases_sm90
@@ -102,8 +102,10 @@ from compile_sm90 import compile_kernel
 out = sys.argv[1]
 for case in sys.argv[2:]:
     fn, types, constexprs, warps, stages = cases_sm90.CASES[case]()
-    with open(f"{out}/{case}.ptx", "w") as f:
-        f.write(compile_kernel(fn, types, constexprs, warps, stages).asm["ptx"])
+    asm = compile_kernel(fn, types, constexprs, warps, stages).asm
+    for kind in ("ptx", "ttgir"):
+        with open(f"{out}/{case}.{kind}", "w") as f:
+            f.write(asm[kind])
 """
 
 
@@ -117,7 +119,7 @@ def compiled(tmp_path_factory):
     run = subprocess.run([sys.executable, "-c", _COMPILE, str(out), *(case for case, _ in CASES)], check=False,
                          env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    return lambda case: (out / f"{case}.ptx").read_text()
+    return lambda case, kind="ptx": (out / f"{case}.{kind}").read_text()
 
 
 @pytest.mark.parametrize("case,what", CASES, ids=[c for c, _ in CASES])
@@ -139,42 +141,51 @@ def test_the_check_finds_a_missing_wait(compiled):
 
 # ---------------------------------------------------------------- proxy fences of the 16-row FP8 kernel
 
-FENCE = "fence.proxy.async"
-GENERIC_SMEM_LOAD = re.compile(r"\b(ld\.shared|ldmatrix)")
-RELEASE = re.compile(r"\bmbarrier\.arrive\.shared")  # not arrive.expect_tx, not cp.async.mbarrier.arrive
+FENCE = "ttng.fence_async_shared"
+SMEM_LOAD = "ttg.local_load"
+RELEASE = "ttng.arrive_barrier"
+PARTITION = re.compile(r"^\s*partition\d+\(.*\) num_warps\((\d+)\) \{$")
 
 
-def releases_after_unfenced_loads(ptx: str) -> tuple[int, list[int]]:
-    """(single-thread mbarrier arrivals that follow shared loads in their basic block, the line numbers of those
-    with no proxy fence between the last such load and the arrival)."""
-    lines = [raw.split("//")[0].strip() for raw in ptx.splitlines()]
+def partition(ttgir: str, warps: int) -> list[str]:
+    """The lines of the kernel's first warp-specialized worker partition of `warps` warps."""
+    lines = ttgir.splitlines()
+    start = next(i for i, line in enumerate(lines) if (m := PARTITION.match(line)) and int(m.group(1)) == warps)
+    end = next((i for i in range(start + 1, len(lines)) if PARTITION.match(lines[i])), len(lines))
+    return lines[start:end]
+
+
+def releases_after_unfenced_loads(lines: list[str]) -> tuple[int, list[int]]:
+    """(barrier arrivals with shared loads before them, the indices of those with no proxy fence between the
+    nearest such load and the arrival). Scanned backwards in the text's order, which is program order except
+    across a loop's back edge: the loads of one iteration that a release at the top of the next covers come
+    after it in the text, so such a release must have its fence right before it (as `_release_slot` does)."""
     after_loads, bad = 0, []
     for i, line in enumerate(lines):
-        if not RELEASE.search(line):
+        if RELEASE not in line:
             continue
         fenced = False
         for prev in reversed(lines[:i]):
-            if LABEL.match(prev) or BRANCH.search(prev):
-                break
             if FENCE in prev:
                 fenced = True
-            elif GENERIC_SMEM_LOAD.search(prev):
+            elif SMEM_LOAD in prev:
                 after_loads += 1
                 if not fenced:
-                    bad.append(i + 1)
+                    bad.append(i)
                 break
     return after_loads, bad
 
 
 def test_ws16_fences_before_it_releases_a_slot(compiled):
     """The 16-row FP8 kernel's widen warps read each ring slot with ordinary shared loads and release it to the
-    loader, whose next TMA copy (the async proxy) writes it: a `fence.proxy.async` must come between. Without it
-    the results came out wrong now and then on the H200 (BENCHMARKS.md, twentieth session). Every release that
-    follows shared loads in its block must have the fence after them; with the fences taken out, the check
-    flags the slot releases."""
-    ptx = compiled("decode-ws16")
-    found, bad = releases_after_unfenced_loads(ptx)
-    assert found > 0, "no release after shared loads found (is the pattern still right?)"
-    assert not bad, f"mbarrier arrivals after shared loads without a proxy fence at PTX lines {bad}"
-    stripped = "\n".join(line for line in ptx.splitlines() if FENCE not in line)
-    assert releases_after_unfenced_loads(stripped)[1], "the check does not see a missing fence"
+    loader, whose next TMA copy (the async proxy) writes it: a `fence_async_shared` must come between. Without
+    it the results came out wrong now and then on the H200 (BENCHMARKS.md, twentieth session). In the widen
+    partition (the worker partition of 4 warps; TTGIR, where partitions are regions of their own), every
+    arrival that follows shared loads must have the fence after them; with the fences taken out, the check
+    flags them."""
+    widen = partition(compiled("decode-ws16", "ttgir"), 4)
+    found, bad = releases_after_unfenced_loads(widen)
+    assert found >= 3, "fewer releases after shared loads than the widen loop has (is the pattern still right?)"
+    assert not bad, f"arrivals after shared loads without a proxy fence at widen-partition lines {bad}"
+    stripped = [line for line in widen if FENCE not in line]
+    assert len(releases_after_unfenced_loads(stripped)[1]) == found, "the check does not see a missing fence"

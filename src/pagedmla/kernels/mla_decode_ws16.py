@@ -27,9 +27,10 @@ blocks; pages are multiples of 64 slots); one program per SM (225 KB of shared m
   with its LSE to the partial slot `2w` or `2w + 1` for `mla_decode._mla_decode_combine_kernel`.
 
 Where the time goes (H200, 16 heads, B64 N4096, BENCHMARKS.md, twenty-first session,
-benchmarks/experiments/ws16_ablate.py): about 80 us a call. With the widen warps' work taken out the kernel takes
-53 us, with the MMA warps' taken out 52 us, with both 49 us (the copies alone): neither partition bounds it
-alone, their running together does. Why is not established; shared memory, which both use heavily (the widened
+benchmarks/experiments/ws16_ablate.py): about 80 us a call before the widen warps read ahead (75 since). With
+the widen warps' work taken out the kernel takes 53 us, with the MMA warps' taken out 52 us, with both 49 us
+(the copies alone): neither partition bounds it alone, their running together does (the widen warps are then
+busy 2.08 us of each block's 2.18). Why is not established; shared memory, which both use heavily (the widened
 copy W is written once and read by both MMAs), is the likely meeting point. fp16 MMAs with the native e4m3
 conversion (commit a765cb4, `WS16_F16`) were no faster and are not kept; the exact softmax was 1-2% slower than
 the lazy one. A kernel much faster than this one likely needs a design without the widened copy.
