@@ -1343,7 +1343,7 @@ def test_gpu_ws16_rising_logits(mask, window, parts, call_counter, ws16_on):
     """Logits that rise from block to block: one key per 64-key block has its scale multiplied by 1 + j (j its
     block), so each row's maximum keeps climbing (by a few units of log2 per block, in some rows by far more).
     The kernel's softmax computes P against a running maximum that it updates only when a block's maximum rose
-    more than `RESCALE_LOG2` above it (`mla_decode_ws16._rescale_needed`); here both kinds of block come up many
+    more than `mla_decode_ws16.RESCALE_LOG2` above it; here both kinds of block come up many
     times in every sequence, in whole sequences and split ones."""
     launches = call_counter(_triton_decode, "_launch_ws16")
     cache, new = [3000, 700, 64, 1500, 0], [1, 1, 1, 1, 1]

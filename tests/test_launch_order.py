@@ -144,6 +144,7 @@ def test_the_check_finds_a_missing_wait(compiled):
 FENCE = "ttng.fence_async_shared"
 SMEM_LOAD = "ttg.local_load"
 RELEASE = "ttng.arrive_barrier"
+BARRIER = "gpu.barrier"
 PARTITION = re.compile(r"^\s*partition\d+\(.*\) num_warps\((\d+)\) \{$")
 
 
@@ -156,18 +157,22 @@ def partition(ttgir: str, warps: int) -> list[str]:
 
 
 def releases_after_unfenced_loads(lines: list[str]) -> tuple[int, list[int]]:
-    """(barrier arrivals with shared loads before them, the indices of those with no proxy fence between the
-    nearest such load and the arrival). Scanned backwards in the text's order, which is program order except
-    across a loop's back edge: the loads of one iteration that a release at the top of the next covers come
-    after it in the text, so such a release must have its fence right before it (as `_release_slot` does)."""
+    """(barrier arrivals with shared loads before them, the indices of those with no proxy fence followed by a
+    barrier between the nearest such load and the arrival: the arriving thread stands for the others, so every
+    warp must have fenced its own loads before the barrier it passes). Scanned backwards in the text's order,
+    which is program order except across a loop's back edge: the loads of one iteration that a release at the
+    top of the next covers come after it in the text, so such a release must have its fence and barrier right
+    before it (as `_release_slot` does). Not seen: a load of a slot placed after that slot's release."""
     after_loads, bad = 0, []
     for i, line in enumerate(lines):
         if RELEASE not in line:
             continue
-        fenced = False
+        fenced = barrier = False
         for prev in reversed(lines[:i]):
-            if FENCE in prev:
-                fenced = True
+            if BARRIER in prev:
+                barrier = True
+            elif FENCE in prev:
+                fenced = fenced or barrier
             elif SMEM_LOAD in prev:
                 after_loads += 1
                 if not fenced:
@@ -181,11 +186,16 @@ def test_ws16_fences_before_it_releases_a_slot(compiled):
     loader, whose next TMA copy (the async proxy) writes it: a `fence_async_shared` must come between. Without
     it the results came out wrong now and then on the H200 (BENCHMARKS.md, twentieth session). In the widen
     partition (the worker partition of 4 warps; TTGIR, where partitions are regions of their own), every
-    arrival that follows shared loads must have the fence after them; with the fences taken out, the check
-    flags them."""
+    arrival that follows shared loads must have the fence after them and then a barrier; with the fences taken
+    out, or each moved after its barrier, the check flags them."""
     widen = partition(compiled("decode-ws16", "ttgir"), 4)
     found, bad = releases_after_unfenced_loads(widen)
     assert found >= 3, "fewer releases after shared loads than the widen loop has (is the pattern still right?)"
     assert not bad, f"arrivals after shared loads without a proxy fence at widen-partition lines {bad}"
     stripped = [line for line in widen if FENCE not in line]
     assert len(releases_after_unfenced_loads(stripped)[1]) == found, "the check does not see a missing fence"
+    swapped = list(widen)  # each fence after its barrier instead of before
+    for k in range(len(swapped) - 1):
+        if FENCE in swapped[k] and BARRIER in swapped[k + 1]:
+            swapped[k], swapped[k + 1] = swapped[k + 1], swapped[k]
+    assert len(releases_after_unfenced_loads(swapped)[1]) == found, "the check does not see a fence too late"

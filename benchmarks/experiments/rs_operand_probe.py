@@ -58,7 +58,8 @@ def probe(x_ptr, q_ptr, out_ptr):
     qn = gl.arange(0, 16, gl.SliceLayout(1, q_l))
     qk = gl.arange(0, 128, gl.SliceLayout(0, q_l))
     q = gl.load(q_ptr + qn[:, None] * 128 + qk[None, :])
-    q_s = gl.allocate_shared_memory(gl.float16, [16, 128], gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
+    q_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    q_s = gl.allocate_shared_memory(gl.float16, [16, 128], q_layout)
     q_s.store(q)
     fence_async_shared()
     gl.thread_barrier()
@@ -89,7 +90,8 @@ def main() -> None:
         f.flush()
         sass = subprocess.run([str(tool), "-sass", f.name], capture_output=True, text=True, check=True).stdout
     ops = [m.group(1) for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass)]
-    first_load = next(i for i, op in enumerate(ops) if op.startswith("LDS") and i > ops.index("BAR.SYNC.DEFER_BLOCKING"))
+    barrier = ops.index("BAR.SYNC.DEFER_BLOCKING")  # the tile is in shared memory
+    first_load = next(i for i, op in enumerate(ops) if op.startswith("LDS") and i > barrier)
     first_mma = next(i for i, op in enumerate(ops) if op.startswith("HGMMA"))
     print(collections.Counter(op.split(".")[0] for op in ops[first_load:first_mma]))
 

@@ -67,7 +67,8 @@ def _source(no_widen: bool, no_mma: bool, no_pv: bool = False, no_logits: bool =
     for rel in ("fp8", "gluon_common", "mla_decode_ws"):
         patch.sub(f"from .{rel} ", f"from pagedmla.kernels.{rel} ")
     if no_widen:
-        patch.sub("        if n_blocks > 0:\n            x0, x1,", WIDEN_PASS + "        if n_blocks < 0:\n            x0, x1,")
+        patch.sub("        if n_blocks > 0:\n            x0, x1,",
+                  WIDEN_PASS + "        if n_blocks < 0:\n            x0, x1,")
     if no_mma:
         patch.sub("                for i in range(n_blocks):\n                    buf = c % 2\n"
                   "                    k0 = k_lo + i * BLOCK_N\n",

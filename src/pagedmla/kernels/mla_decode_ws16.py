@@ -254,9 +254,9 @@ def _widener(raw_s, rr_s, sc_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, k_ready, k_
     latent widened to bf16, the rope columns and the scales copied, half by half (32 rows, one ring slot each,
     released as soon as it is read), one signal per block (`w_ready`). Within a piece each half's slot is read
     one step ahead, so that its loads are in flight while the previous half is widened and stored (1.9% faster
-    at B64 and B128 N4096, BENCHMARKS.md, twenty-first session; with 96 registers it spilled and was slower). Everything is moved as int32 values (four
-    e4m3 or two bf16 values each): with the e4m3 values as bytes the compiler spent three byte permutes per
-    four values repacking them for the conversion.
+    at B64 and B128 N4096, BENCHMARKS.md, twenty-first session; with 96 registers it spilled and was slower).
+    Everything is moved as int32 values (four e4m3 or two bf16 values each): with the e4m3 values as bytes the
+    compiler spent three byte permutes per four values repacking them for the conversion.
 
     Rows of keys outside the piece are widened like the others, unmasked: every e4m3 byte (NaN's too) widens to
     a finite value, and their P is 0 (their logits are masked, their scales copied as 0)."""
@@ -355,6 +355,9 @@ def _mma_warps(q_s, qr_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, p_s, red_s, q_rea
                     fence_async_shared()
                     gl.thread_barrier()
                     blk_max = gl.convert_layout(gl.max(red_s.index(c % 2).load(_red_layout()), axis=0), col_l)
+                    # every warp takes this branch the same way (the same maxima from shared memory, the same
+                    # m_i), so the barrier inside it is safe; rows past the sequence's (padding rows of a tile
+                    # whose H does not divide 16) can take it needlessly in interior blocks: speed only
                     if gl.max((blk_max > m_i + RESCALE_LOG2).to(gl.int32), axis=0) > 0:
                         m_new = gl.maximum(m_i, blk_max)
                         m_safe = _no_inf(m_new)
