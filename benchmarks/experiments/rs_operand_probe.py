@@ -76,7 +76,9 @@ def probe(x_ptr, q_ptr, out_ptr):
     b0, b1, b2, b3 = gl.inline_asm_elementwise(F16X2, "=h,=h,=h,=h,r", [w], dtype=(gl.float16,) * 4,
                                                is_pure=True, pack=1)
     # physical byte order within a word: b0 b1 b2 b3
-    phys = gl.join(gl.join(b0, b1), gl.join(b2, b3))  # [64, 32, 2, 2]: (row, word, a, b) -> byte 4 word + 2 a + b
+    # [64, 32, 2, 2]: (row, word, h, e), byte 4 word + 2 h + e (a join's new index is the last dimension, so the
+    # low bit is joined last)
+    phys = gl.join(gl.join(b0, b2), gl.join(b1, b3))
     phys = phys.reshape([64, 2, 4, 4, 2, 2])  # (row, g, t, s, h, e): byte = 64 g + 16 t + 4 s + 2 h + e
     logical = gl.permute(phys, (0, 1, 3, 4, 2, 5)).reshape([64, 128])  # k = 64 g + 16 s + 8 h + 2 t + e
     a = gl.convert_layout(logical, dot_a)
