@@ -26,9 +26,13 @@ repacking halves).
 
     PYTHONPATH=src python3 benchmarks/experiments/ws16_rs.py            # compile for sm_90a (no GPU needed)
     PYTHONPATH=src python3 benchmarks/experiments/ws16_rs.py --check-indices   # the index algebra, in torch
-    # on a GPU, run the ws16 gpu tests against it:
+    # on a GPU: the ws16 gpu tests and the stress script against it, then its time against the shipped kernel
     PYTHONPATH=src python3 -c "import sys; sys.path.insert(0, 'benchmarks/experiments'); import ws16_rs; \
         ws16_rs.install(); import pytest; pytest.main(['-q', '-m', 'gpu', 'tests/test_decode_triton.py', '-k', 'ws16'])"
+    PYTHONPATH=src python3 -c "import sys, runpy; sys.path.insert(0, 'benchmarks/experiments'); import ws16_rs; \
+        ws16_rs.install(); sys.argv = ['ws16_stress.py', '--reps', '1']; \
+        runpy.run_path('benchmarks/experiments/ws16_stress.py', run_name='__main__')"
+    PYTHONPATH=src:benchmarks python3 benchmarks/experiments/ws16_rs.py --time 64,4096 128,4096 1,16384
 """
 
 from __future__ import annotations
@@ -233,23 +237,23 @@ def _mma_warps(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, scm_s, q_
                     a_rope = rope_pairs.index(pr).load(_dot_a())
                     s_rope = warpgroup_mma(a_rope, qrp_s.permute((1, 0)), gl.zeros([BLOCK_N, ROWS], gl.float32, layout),
                                            use_acc=False, is_async=True)
-                    # each chunk's operand is widened while the previous chunk's MMA runs; an operand's registers
-                    # stay live (a wait's dependency) until a wait has seen its MMA done
+                    # each chunk's operand is widened while the MMAs before it run. An operand's registers must
+                    # not change until its MMA is done: each is a dependency of the first wait that sees its MMA
+                    # done (MMAs complete in order, so a wait for "at most one outstanding" issued after the next
+                    # MMA covers the one before)
                     a_0 = _k_operand(pairs.index(pr).slice(0, CHUNK // 4, dim=1).load(_k_words()))
                     s_lat = warpgroup_mma(a_0, q16_s.index(dyn).permute((1, 0)),
                                           gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False, is_async=True)
                     a_1 = _k_operand(pairs.index(pr).slice(CHUNK // 4, CHUNK // 4, dim=1).load(_k_words()))
-                    s_rope, s_lat, a_rope, a_0 = warpgroup_mma_wait(num_outstanding=1,
-                                                                    deps=(s_rope, s_lat, a_rope, a_0))
                     s_lat = warpgroup_mma(a_1, q16_s.index(1 + dyn).permute((1, 0)), s_lat, is_async=True)
+                    s_rope, a_rope, a_0 = warpgroup_mma_wait(num_outstanding=1, deps=(s_rope, a_rope, a_0))
                     a_2 = _k_operand(pairs.index(pr).slice(2 * CHUNK // 4, CHUNK // 4, dim=1).load(_k_words()))
-                    s_lat, a_1 = warpgroup_mma_wait(num_outstanding=0, deps=(s_lat, a_1))
                     s_lat = warpgroup_mma(a_2, q16_s.index(2 + dyn).permute((1, 0)), s_lat, is_async=True)
+                    a_1 = warpgroup_mma_wait(num_outstanding=1, deps=(a_1,))
                     a_3 = _k_operand(pairs.index(pr).slice(3 * CHUNK // 4, CHUNK // 4, dim=1).load(_k_words()))
-                    s_lat, a_2 = warpgroup_mma_wait(num_outstanding=0, deps=(s_lat, a_2))
                     s_lat = warpgroup_mma(a_3, q16_s.index(3 + dyn).permute((1, 0)), s_lat, is_async=True)
                     sc = sc_pairs.index(pr).load(key_l)
-                    s_lat, a_3 = warpgroup_mma_wait(num_outstanding=0, deps=(s_lat, a_3))
+                    s_lat, a_2, a_3 = warpgroup_mma_wait(num_outstanding=0, deps=(s_lat, a_2, a_3))
                     s = s_lat * sc[:, None] * qk_lat[None, :] + s_rope * qk_scale
                     if (k0 < lo_max) | (k0 + BLOCK_N > hi_min):
                         j = k0 + gl.arange(0, BLOCK_N, key_l)
@@ -434,9 +438,44 @@ def check_indices() -> None:
     print("index algebra: ok")
 
 
+def time_against_shipped(cases: list[str], repeat: int) -> None:
+    """CUDA-graph replays of decode_probe's cases (16 heads, one token, FP8, one worker per SM): the shipped
+    kernel, then this one, in one process; each line with the first sequence's max error against the float32
+    reference."""
+    import dataclasses
+
+    import torch
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+    from decode_probe import Case, _time_graph
+
+    from pagedmla.configs.decode import WS16
+    from pagedmla.ops import _triton_decode
+    shipped = (_triton_decode._mla_decode_ws16_kernel, _triton_decode.WS16_SLOTS)
+    workers = torch.cuda.get_device_properties(0).multi_processor_count
+    for text in cases:
+        b, n = (int(x) for x in text.split(","))
+        case = Case(b, n, 16, 1, fp8=True)
+        plan = case.plan(workers)
+        for _ in range(repeat):
+            for name in ("shipped", "register operands"):
+                if name == "shipped":
+                    _triton_decode._mla_decode_ws16_kernel, _triton_decode.WS16_SLOTS = shipped
+                else:
+                    install()
+                try:
+                    err = case.check(plan, dataclasses.replace(WS16))
+                    us = _time_graph(case.run(plan, dataclasses.replace(WS16))) * 1e3 / case.copies
+                    print(f"B{b} N{n} W{workers} {name}: {us:.1f} us err {err:.2e}", flush=True)
+                finally:
+                    _triton_decode._mla_decode_ws16_kernel, _triton_decode.WS16_SLOTS = shipped
+
+
 def main() -> None:
     if "--check-indices" in sys.argv:
         check_indices()
+        return
+    if "--time" in sys.argv:
+        time_against_shipped([a for a in sys.argv[1:] if "," in a] or ["64,4096"], repeat=2)
         return
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "scripts"))
     import cases_sm90
