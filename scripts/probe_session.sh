@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# One device call (edit per session). This one: the 16-row FP8 kernel as landed (lazy softmax, widen warps
-# reading one half ahead, 128 widen registers): its gpu tests and the harness at 16 heads (B64, B128 N4096;
-# B1 N16384), bf16 and FP8.
+# One device call (edit per session). Prepared for the next session: the first GPU run of the draft 16-row FP8
+# decode without a widened copy (benchmarks/experiments/ws16_rs.py, never run yet): the ws16 gpu tests and
+# ws16_stress.py with it swapped into the launcher, then its time against the shipped kernel. Capped so that a
+# hang costs minutes, not the session.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-f="$OUT/gpu-tests-ws16-$COMMIT.txt"
-PYTHONPATH=src timeout 110 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py -k ws16 \
+f="$OUT/gpu-tests-ws16-rs-$COMMIT.txt"
+PYTHONPATH=src timeout 150 python3 -c "import sys; sys.path.insert(0, 'benchmarks/experiments'); import ws16_rs
+ws16_rs.install(); import pytest
+sys.exit(pytest.main(['-q', '-x', '-m', 'gpu', '-p', 'no:cacheprovider', '-rf', 'tests/test_decode_triton.py', '-k', 'ws16']))" \
   > "$f" 2>&1
-echo "ws16 tests rc $?"; tail -1 "$f"; grep -E "^FAILED" "$f" | head -8
-for args in "--batch 64 128 --keys 4096" "--batch 1 --keys 16384"; do
-  tag=$(echo "$args" | tr -d ' -' | cut -c1-24)
-  f="$OUT/bench-decode-h16-$tag-$COMMIT.txt"
-  PYTHONPATH=src timeout 70 python3 -m pagedmla.cli bench decode --heads 16 $args --kv-dtype bf16 fp8 \
-    --no-reference --commit "$COMMIT" --json "$OUT/bench-decode-h16-$tag-$COMMIT.json" > "$f" 2>&1
-  echo "bench rc $?"; grep -vE "^\s*$" "$f" | cut -c1-150 | tail -5
-done
+echo "ws16 tests (register operands) rc $?"; tail -1 "$f"; grep -E "^FAILED|Error" "$f" | head -8
+PYTHONPATH=src timeout 60 python3 -c "import sys, runpy; sys.path.insert(0, 'benchmarks/experiments'); import ws16_rs
+ws16_rs.install(); sys.argv = ['ws16_stress.py', '--reps', '1']
+runpy.run_path('benchmarks/experiments/ws16_stress.py', run_name='__main__')" > "$OUT/stress-rs-$COMMIT.txt" 2>&1
+echo "stress rc $?"; grep -E "over|worst|Error|differ" "$OUT/stress-rs-$COMMIT.txt" | head -8
+f="$OUT/time-rs-$COMMIT.txt"
+PYTHONPATH=src:benchmarks timeout 120 python3 benchmarks/experiments/ws16_rs.py --time 64,4096 128,4096 1,16384 \
+  > "$f" 2>&1
+echo "time rc $?"; tail -12 "$f"

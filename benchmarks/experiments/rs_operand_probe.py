@@ -7,14 +7,14 @@ of the MMA's register-operand layout holds, per 16 columns, columns 2t, 2t + 1, 
 here it loads 16 consecutive bytes per row and 64-byte group, and a reshape and permute relabel them so that
 column k = 64 g + 16 s + 8 h + 2 t + e is byte 64 g + 16 t + 4 s + 2 h + e. q must then be stored in the same
 order. Compiled for sm_90a, the conversion to the operand layout is a register permutation: the SASS between the
-shared loads and the MMAs is conversions (F2FP) and byte permutes (PRMT) only.
+shared loads and the MMAs is conversions (F2FP) only.
 
 And for P @ V's operand (`probe_pv`: V^T, dims as the MMA's rows, keys on its K axis), which needs two keys'
 bytes of one dim in each register: a thread loads one 4-byte word (4 dims) of each of its four keys, pairs the
 words of keys 2kp and 2kp + 1 byte by byte (two `prmt` per pair), and widens each pair; the dims are relabeled
 (row m = 64 a + 16 w + 8 h + r of the output is dim 32 w + 4 r + 2 a + h), which the output's store would
-undo. Again only LDS, PRMT and F2FP between the loads and the MMAs. Neither probe has run on a GPU: the
-results' row and column order is the compiler's reading of the reshapes, not checked against torch.
+undo. Again only LDS, PRMT and F2FP between the loads and the MMAs. Neither probe has run on a GPU; the index
+algebra of both is checked in torch by `ws16_rs.py --check-indices` (the draft kernel built on them).
 
     PYTHONPATH=src python3 benchmarks/experiments/rs_operand_probe.py      # no GPU needed
 
