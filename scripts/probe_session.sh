@@ -7,6 +7,14 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
+# one small case first: a hang costs 90 s, not the whole call
+f="$OUT/gpu-test-ws16-rs-one-$COMMIT.txt"
+PYTHONPATH=src timeout 90 python3 -c "import sys; sys.path.insert(0, 'benchmarks/experiments'); import ws16_rs
+ws16_rs.install(); import pytest
+sys.exit(pytest.main(['-q', '-x', '-m', 'gpu', '-p', 'no:cacheprovider', '-rf', 'tests/test_decode_triton.py', '-k',
+                      'test_gpu_ws16 and H16-ps64-q1 and causal and W1']))" > "$f" 2>&1
+rc=$?; echo "one ws16 test (register operands) rc $rc"; tail -3 "$f"
+[ $rc -eq 0 ] || exit 1
 f="$OUT/gpu-tests-ws16-rs-$COMMIT.txt"
 PYTHONPATH=src timeout 150 python3 -c "import sys; sys.path.insert(0, 'benchmarks/experiments'); import ws16_rs
 ws16_rs.install(); import pytest

@@ -177,14 +177,16 @@ def _q_scale(q_s, col_l: gl.constexpr):
 
 @gluon.jit
 def _pow2_below(x):
-    """2^floor(log2 x) of float32 values x (1.0 for 0 or a subnormal)."""
+    """2^floor(log2 x) of float32 values x (2^-126 for 0 or a subnormal: a block of zero scales must not raise
+    g, which never comes down within a piece)."""
     p = (x.to(gl.int32, bitcast=True) & 0x7F800000).to(gl.float32, bitcast=True)
-    return gl.where(p == 0.0, 1.0, p)
+    return gl.where(p == 0.0, 1.1754943508222875e-38, p)
 
 
 @gluon.jit
 def _store_p(p_s, p, sc, g_i):
-    v = p * sc[:, None] * (1.0 / g_i)[None, :]
+    # g_i is 0 before a piece's first block, whose P the redo path stores again (a finite value here all the same)
+    v = p * sc[:, None] * (1.0 / gl.maximum(g_i, 1.1754943508222875e-38))[None, :]
     p_s.store(gl.permute(v.to(gl.float16), (1, 0)))
 
 
@@ -196,7 +198,7 @@ def _mma_warps(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, scm_s, q_
     layout: gl.constexpr = _acc_layout()
     col_l: gl.constexpr = gl.SliceLayout(0, layout)
     key_l: gl.constexpr = gl.SliceLayout(1, layout)
-    acc2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
+    acc2: gl.constexpr = _acc_layout()  # also the [128, 16] output chunks'
     # a block's two halves (ring slots 2c, 2c + 1 mod SLOTS) as one pair of 64 rows
     pairs = raw_s._reinterpret(gl.int32, [SLOTS // 2, BLOCK_N, D_LAT // 4], raw_s.layout)
     rope_pairs = rr_s._reinterpret(gl.bfloat16, [SLOTS // 2, BLOCK_N, D_ROPE], rr_s.layout)
@@ -336,7 +338,7 @@ def _mma_warps(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, scm_s, q_
 @gluon.jit
 def _store_chunk(ptr, row_off, ch: gl.constexpr, acc, inv, rows_ok, KEEP: gl.constexpr):
     """Output chunk ch (O^T `[128, 16]`, rows relabeled as in `_v_operand`) times `inv` to its columns."""
-    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
+    layout: gl.constexpr = _acc_layout()
     m = gl.arange(0, CHUNK, gl.SliceLayout(1, layout))
     # m = 64 a + 16 w + 8 h + r -> dim 32 w + 4 r + 2 a + h
     dim = 32 * ((m // 16) % 4) + 4 * (m % 8) + 2 * (m // 64) + (m // 8) % 2
@@ -440,7 +442,8 @@ def check_indices() -> None:
 
 def time_against_shipped(cases: list[str], repeat: int) -> None:
     """CUDA-graph replays of decode_probe's cases (16 heads, one token, FP8, one worker per SM): the shipped
-    kernel, then this one, in one process; each line with the first sequence's max error against the float32
+    kernel, then this one with rings of 4 and 8 slots (one and three blocks of read-ahead: a block's pair is held
+    until its P @ V is done), in one process; each line with the first sequence's max error against the float32
     reference."""
     import dataclasses
 
@@ -457,11 +460,9 @@ def time_against_shipped(cases: list[str], repeat: int) -> None:
         case = Case(b, n, 16, 1, fp8=True)
         plan = case.plan(workers)
         for _ in range(repeat):
-            for name in ("shipped", "register operands"):
-                if name == "shipped":
-                    _triton_decode._mla_decode_ws16_kernel, _triton_decode.WS16_SLOTS = shipped
-                else:
-                    install()
+            for name, slots in (("shipped", 0), ("register operands, 4 slots", 4), ("register operands, 8 slots", 8)):
+                if slots:
+                    install(slots)
                 try:
                     err = case.check(plan, dataclasses.replace(WS16))
                     us = _time_graph(case.run(plan, dataclasses.replace(WS16))) * 1e3 / case.copies
