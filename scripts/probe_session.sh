@@ -18,7 +18,8 @@ rc=$?; echo "one ws16 test (register operands) rc $rc"; tail -3 "$f"
 f="$OUT/gpu-tests-ws16-rs-$COMMIT.txt"
 PYTHONPATH=src timeout 150 python3 -c "import sys; sys.path.insert(0, 'benchmarks/experiments'); import ws16_rs
 ws16_rs.install(); import pytest
-sys.exit(pytest.main(['-q', '-x', '-m', 'gpu', '-p', 'no:cacheprovider', '-rf', 'tests/test_decode_triton.py', '-k', 'ws16']))" \
+sys.exit(pytest.main(['-q', '-x', '-m', 'gpu', '-p', 'no:cacheprovider', '-rf', 'tests/test_decode_triton.py',
+                      '-k', 'ws16']))" \
   > "$f" 2>&1
 echo "ws16 tests (register operands) rc $?"; tail -1 "$f"; grep -E "^FAILED|Error" "$f" | head -8
 PYTHONPATH=src timeout 60 python3 -c "import sys, runpy; sys.path.insert(0, 'benchmarks/experiments'); import ws16_rs
