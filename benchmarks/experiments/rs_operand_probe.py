@@ -9,12 +9,15 @@ column k = 64 g + 16 s + 8 h + 2 t + e is byte 64 g + 16 t + 4 s + 2 h + e. q mu
 order. Compiled for sm_90a, the conversion to the operand layout is a register permutation: the SASS between the
 shared loads and the MMAs is conversions (F2FP) only.
 
-And for P @ V's operand (`probe_pv`: V^T, dims as the MMA's rows, keys on its K axis), which needs two keys'
+And for P @ V's operand (V^T, dims as the MMA's rows, keys on its K axis), which needs two keys'
 bytes of one dim in each register: a thread loads one 4-byte word (4 dims) of each of its four keys, pairs the
 words of keys 2kp and 2kp + 1 byte by byte (two `prmt` per pair), and widens each pair; the dims are relabeled
 (row m = 64 a + 16 w + 8 h + r of the output is dim 32 w + 4 r + 2 a + h), which the output's store would
 undo. Again only LDS, PRMT and F2FP between the loads and the MMAs. Neither probe has run on a GPU; the index
 algebra of both is checked in torch by `ws16_rs.py --check-indices` (the draft kernel built on them).
+
+The operands are built by the draft kernel's own functions (`ws16_rs._k_operand`, `_v_operand`); the probe
+kernels here only feed them a tile and an MMA.
 
     PYTHONPATH=src python3 benchmarks/experiments/rs_operand_probe.py      # no GPU needed
 
@@ -29,129 +32,61 @@ import sys
 import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "scripts"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+from ws16_rs import _acc_layout, _k_operand, _k_words, _v_operand, _v_words
 
-F16X2 = gl.constexpr("""
-        {
-        .reg .b16 lo, hi;
-        .reg .b32 a, b;
-        mov.b32 {lo, hi}, $4;
-        cvt.rn.f16x2.e4m3x2 a, lo;
-        cvt.rn.f16x2.e4m3x2 b, hi;
-        mov.b32 {$0, $1}, a;
-        mov.b32 {$2, $3}, b;
-        }
-""")
 
 @gluon.jit
-def probe(x_ptr, q_ptr, out_ptr):
-    acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
-    dot_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_l, k_width=2)
-    # physical int32 words [64 rows, 32 words] (128 e4m3 bytes per row): thread (warp w, lane 4r + t) holds rows
-    # 16w + r and 16w + r + 8, words 4t..4t+3 and 16 + 4t..16 + 4t + 3
-    ld: gl.constexpr = gl.DistributedLinearLayout(
-        reg_bases=[[0, 1], [0, 2], [8, 0], [0, 16]],
-        lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
-        warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 32])
+def _tile_in_smem(x_ptr):
+    """A `[64, 32]` int32 tile from global memory into shared memory (the ring slot pair's stand-in)."""
     blk: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
     r = gl.arange(0, 64, gl.SliceLayout(1, blk))
     c = gl.arange(0, 32, gl.SliceLayout(0, blk))
-    x = gl.load(x_ptr + r[:, None] * 32 + c[None, :])
-    q_l: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
-    qn = gl.arange(0, 16, gl.SliceLayout(1, q_l))
-    qk = gl.arange(0, 128, gl.SliceLayout(0, q_l))
-    q = gl.load(q_ptr + qn[:, None] * 128 + qk[None, :])
-    q_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
-    q_s = gl.allocate_shared_memory(gl.float16, [16, 128], q_layout)
-    q_s.store(q)
-    fence_async_shared()
-    gl.thread_barrier()
     raw_s = gl.allocate_shared_memory(gl.int32, [64, 32], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    raw_s.store(x)
+    raw_s.store(gl.load(x_ptr + r[:, None] * 32 + c[None, :]))
+    return raw_s
+
+
+@gluon.jit
+def _b_in_smem(b_ptr, K: gl.constexpr, N: gl.constexpr, SWIZZLE: gl.constexpr):
+    """The MMA's `[K, N]` operand (fp16, stored `[N, K]`) from global memory, fenced for the MMA."""
+    lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    n = gl.arange(0, N, gl.SliceLayout(1, lay))
+    k = gl.arange(0, K, gl.SliceLayout(0, lay))
+    b_s = gl.allocate_shared_memory(gl.float16, [N, K], gl.NVMMASharedLayout(swizzle_byte_width=SWIZZLE,
+                                                                              element_bitwidth=16, rank=2))
+    b_s.store(gl.load(b_ptr + n[:, None] * K + k[None, :]))
+    fence_async_shared()
+    return b_s.permute((1, 0))
+
+
+@gluon.jit
+def probe(x_ptr, q_ptr, out_ptr):
+    """S^T `[64, 16]` = K q^T from a `[64 keys, 128 bytes]` e4m3 chunk (`ws16_rs._k_operand`)."""
+    qt = _b_in_smem(q_ptr, 128, 16, 128)
+    raw_s = _tile_in_smem(x_ptr)
     gl.thread_barrier()
-    w = raw_s.load(ld)
-    b0, b1, b2, b3 = gl.inline_asm_elementwise(F16X2, "=h,=h,=h,=h,r", [w], dtype=(gl.float16,) * 4,
-                                               is_pure=True, pack=1)
-    # physical byte order within a word: b0 b1 b2 b3
-    # [64, 32, 2, 2]: (row, word, h, e), byte 4 word + 2 h + e (a join's new index is the last dimension, so the
-    # low bit is joined last)
-    phys = gl.join(gl.join(b0, b2), gl.join(b1, b3))
-    phys = phys.reshape([64, 2, 4, 4, 2, 2])  # (row, g, t, s, h, e): byte = 64 g + 16 t + 4 s + 2 h + e
-    logical = gl.permute(phys, (0, 1, 3, 4, 2, 5)).reshape([64, 128])  # k = 64 g + 16 s + 8 h + 2 t + e
-    a = gl.convert_layout(logical, dot_a)
-    acc = warpgroup_mma(a, q_s.permute((1, 0)), gl.zeros([64, 16], gl.float32, acc_l))
-    on = gl.arange(0, 64, gl.SliceLayout(1, acc_l))
-    oc = gl.arange(0, 16, gl.SliceLayout(0, acc_l))
+    acc = warpgroup_mma(_k_operand(raw_s.load(_k_words())), qt, gl.zeros([64, 16], gl.float32, _acc_layout()))
+    on = gl.arange(0, 64, gl.SliceLayout(1, _acc_layout()))
+    oc = gl.arange(0, 16, gl.SliceLayout(0, _acc_layout()))
     gl.store(out_ptr + on[:, None] * 16 + oc[None, :], acc)
-
-
-PAIR = gl.constexpr("""
-        {
-        .reg .b32 lo, hi;
-        prmt.b32 lo, $8, $9, 0x5140;
-        prmt.b32 hi, $8, $9, 0x7362;
-        .reg .b16 l0, l1, h0, h1;
-        mov.b32 {l0, l1}, lo;
-        mov.b32 {h0, h1}, hi;
-        .reg .b32 a, b, c, d;
-        cvt.rn.f16x2.e4m3x2 a, l0;
-        cvt.rn.f16x2.e4m3x2 b, l1;
-        cvt.rn.f16x2.e4m3x2 c, h0;
-        cvt.rn.f16x2.e4m3x2 d, h1;
-        mov.b32 {$0, $1}, a;
-        mov.b32 {$2, $3}, b;
-        mov.b32 {$4, $5}, c;
-        mov.b32 {$6, $7}, d;
-        }
-""")
 
 
 @gluon.jit
 def probe_pv(x_ptr, p_ptr, out_ptr):
-    acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
-    dot_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_l, k_width=2)
-    # raw words [16 keys, 32 words] (128 e4m3 dims per key): thread (warp w, lane 4r + t) holds keys 2t, 2t + 1,
-    # 2t + 8, 2t + 9 of word 8w + r
-    ld: gl.constexpr = gl.DistributedLinearLayout(
-        reg_bases=[[1, 0], [8, 0]], lane_bases=[[2, 0], [4, 0], [0, 1], [0, 2], [0, 4]],
-        warp_bases=[[0, 8], [0, 16]], block_bases=[], shape=[16, 32])
-    blk: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
-    r = gl.arange(0, 16, gl.SliceLayout(1, blk))
-    c = gl.arange(0, 32, gl.SliceLayout(0, blk))
-    x = gl.load(x_ptr + r[:, None] * 32 + c[None, :])
-    pl: gl.constexpr = gl.BlockedLayout([1, 8], [8, 4], [4, 1], [1, 0])
-    pk = gl.arange(0, 16, gl.SliceLayout(1, pl))
-    pn = gl.arange(0, 16, gl.SliceLayout(0, pl))
-    p = gl.load(p_ptr + pk[:, None] * 16 + pn[None, :])
-    p_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=16, rank=2)
-    p_s = gl.allocate_shared_memory(gl.float16, [16, 16], p_layout)
-    p_s.store(p)
-    fence_async_shared()
-    raw_s = gl.allocate_shared_memory(gl.int32, [16, 32], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    raw_s.store(x)
+    """O^T `[128, 16]` = V^T P^T from a `[64 keys, 128 bytes]` e4m3 chunk (`ws16_rs._v_operand`)."""
+    pt = _b_in_smem(p_ptr, 64, 16, 128)
+    raw_s = _tile_in_smem(x_ptr)
     gl.thread_barrier()
-    w = raw_s.load(ld)  # [16 keys, 32 words]
-    ev, od = w.reshape([8, 2, 32]).permute((0, 2, 1)).split()  # keys 2kp and 2kp + 1: [8, 32] each
-    # per word, dims j = 0..3, each as (key 2kp, key 2kp + 1)
-    d0e, d0o, d1e, d1o, d2e, d2o, d3e, d3o = gl.inline_asm_elementwise(
-        PAIR, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [ev, od], dtype=(gl.float16,) * 8, is_pure=True, pack=1)
-    d0 = gl.join(d0e, d0o)
-    d1 = gl.join(d1e, d1o)
-    d2 = gl.join(d2e, d2o)
-    d3 = gl.join(d3e, d3o)
-    t = gl.join(gl.join(d0, d1), gl.join(d2, d3))  # [kp 8, word 32, e 2, jlo 2, jhi 2]: dim 4 word + 2 jhi + jlo
-    t = t.permute((0, 1, 4, 3, 2))  # [kp, word, jhi, jlo, e]
-    t = t.reshape([2, 4, 4, 8, 2, 2, 2])  # [hk, tt, w, r, a(jhi), h(jlo), e]
-    t = t.permute((4, 2, 5, 3, 0, 1, 6))  # [a, w, h, r, hk, tt, e]
-    a = gl.convert_layout(t.reshape([128, 16]), dot_a)  # m = 64 a + 16 w + 8 h + r, k = 8 hk + 2 tt + e
-    acc = warpgroup_mma(a, p_s, gl.zeros([128, 16], gl.float32, acc_l))
-    on = gl.arange(0, 128, gl.SliceLayout(1, acc_l))
-    oc = gl.arange(0, 16, gl.SliceLayout(0, acc_l))
+    ok = gl.full([64], 1, gl.int1, gl.SliceLayout(1, _v_words()))
+    acc = warpgroup_mma(_v_operand(raw_s.load(_v_words()), ok), pt, gl.zeros([128, 16], gl.float32, _acc_layout()))
+    on = gl.arange(0, 128, gl.SliceLayout(1, _acc_layout()))
+    oc = gl.arange(0, 16, gl.SliceLayout(0, _acc_layout()))
     gl.store(out_ptr + on[:, None] * 16 + oc[None, :], acc)
-
 
 
 def _between_loads_and_mma(kernel, types) -> collections.Counter:
@@ -174,7 +109,7 @@ def _between_loads_and_mma(kernel, types) -> collections.Counter:
 def main() -> None:
     print("logits (K, 64 keys x 128 dims):", _between_loads_and_mma(
         probe, {"x_ptr": "*i32", "q_ptr": "*fp16", "out_ptr": "*fp32"}))
-    print("P @ V (V^T, 128 dims x 16 keys):", _between_loads_and_mma(
+    print("P @ V (V^T, 128 dims x 64 keys):", _between_loads_and_mma(
         probe_pv, {"x_ptr": "*i32", "p_ptr": "*fp16", "out_ptr": "*fp32"}))
 
 
