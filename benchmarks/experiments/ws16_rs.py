@@ -21,8 +21,8 @@ kernel's lazy one, with the blocks' largest scales exchanged at the same barrier
 Partitions: the loader (1 warp, the shipped kernel's `_loader`: halves of 32 rows into SLOTS ring slots; SLOTS
 must be even, so that a block's two halves are adjacent and the MMA warps read them as one 64-row slot pair) and
 the MMA warps (4). Not done: two consumer warpgroups (conversion overlapping MMAs), a swizzled ring (the loads
-here have bank conflicts), `=r` conversion outputs (the logits' conversion spends a byte permute per two values
-repacking halves).
+here have bank conflicts). Its piece loop, epilogue and allocations copy the shipped kernel's on purpose: if it
+works it replaces that kernel's partitions in `src/`, and the copies go.
 
     PYTHONPATH=src python3 benchmarks/experiments/ws16_rs.py            # compile for sm_90a (no GPU needed)
     PYTHONPATH=src python3 benchmarks/experiments/ws16_rs.py --check-indices   # the index algebra, in torch
