@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # One device call (edit per session). Prepared for the next session: the first GPU run of the draft 16-row FP8
-# decode without a widened copy (benchmarks/experiments/ws16_rs.py, never run yet): the ws16 gpu tests and
+# decode without a widened copy (benchmarks/experiments/ws16_rs.py, never run yet): the e4m3 conversions'
+# throughput (cvt_throughput.py), the ws16 gpu tests and
 # ws16_stress.py with it swapped into the launcher, then its time against the shipped kernel. Capped so that a
 # hang costs minutes, not the session.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
+# the e4m3 conversions' throughput (decides one consumer warpgroup against two)
+PYTHONPATH=src timeout 60 python3 benchmarks/experiments/cvt_throughput.py > "$OUT/cvt-$COMMIT.txt" 2>&1
+echo "cvt rc $?"; cat "$OUT/cvt-$COMMIT.txt" | tail -4
 # one small case first: a hang costs 90 s, not the whole call
 f="$OUT/gpu-test-ws16-rs-one-$COMMIT.txt"
 PYTHONPATH=src timeout 90 python3 -c "import sys; sys.path.insert(0, 'benchmarks/experiments'); import ws16_rs
