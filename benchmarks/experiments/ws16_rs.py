@@ -1,6 +1,7 @@
 """DRAFT, never run on a GPU: the 16-row FP8 decode without the widened copy (`pagedmla.kernels.mla_decode_ws16`'s
-design minus its widen warps), for the next session to test and time. It compiles for sm_90a; that is all that is
-known of it.
+design minus its widen warps), for the next session to test and time. What is known of it: it compiles for
+sm_90a (no spills), its operands' index algebra checks out in torch (`--check-indices`), and a static review of
+its TTGIR, PTX and SASS found no bug (BENCHMARKS.md, twenty-first session). Nothing else.
 
 Why (BENCHMARKS.md, twenty-first session): in the shipped kernel the widen warps write every block to shared
 memory as bf16 (W) and both MMAs read W; the copies alone take 49 us at 16 heads B64 N4096 and the kernel 75, and
