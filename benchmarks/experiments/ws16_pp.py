@@ -23,20 +23,20 @@ import sys
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
+    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from ws16_rs import (
+    E4M3X4_TO_F16,
     _dot_a,
-    _k_operand,
-    _k_words,
     _pow2_below,
-    _q_chunk_f16,
     _q_scale,
     _store_chunks,
     _store_p,
@@ -49,16 +49,110 @@ from pagedmla.kernels.mla_decode_ws import _no_inf, _piece
 from pagedmla.kernels.mla_decode_ws16 import (
     BLOCK_N,
     CHUNK,
+    ENTRIES,
     HALF,
     N_CHUNKS,
     RESCALE_LOG2,
     ROWS,
     _acc_layout,
     _bf16_tile,
-    _loader,
+    _entry_layout,
     _red_layout,
     _span,
+    _table_entries,
 )
+
+
+@gluon.constexpr_function
+def _sw128_i32():
+    """The ring's tiles: int32 rows of 128 bytes (a 32-column latent chunk, or the rope), swizzled in 16-byte
+    units by the row's index mod 8: the loads below then hit every bank once per phase."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
+
+
+@gluon.constexpr_function
+def _k_words():
+    """A chunk's words `[64 keys, 32]` as the logits' operand loads them: thread (warp w, lane 4 r + t) holds rows
+    16 w + r and 16 w + r + 8, words 8 t .. 8 t + 7 (16-byte units 2 t and 2 t + 1). In a phase of a 16-byte load
+    (lanes 8 i .. 8 i + 7: rows 2 i and 2 i + 1) the units 2 t of rows differing in their low bit land on all
+    eight units of the swizzled row pair: no bank is hit twice."""
+    return gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0], [0, 4]],
+                                      lane_bases=[[0, 8], [0, 16], [1, 0], [2, 0], [4, 0]],
+                                      warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 32])
+
+
+@gluon.jit
+def _k_operand(words):
+    """The logits' operand `[64, 128]` fp16 from a chunk's words (`_k_words`): operand column
+    k = 64 g + 16 s + 8 h + 2 t + e is byte 32 t + 16 g + 4 s + 2 h + e of the 128-byte chunk."""
+    b0, b1, b2, b3 = gl.inline_asm_elementwise(E4M3X4_TO_F16, "=h,=h,=h,=h,r", [words], dtype=(gl.float16,) * 4,
+                                               is_pure=True, pack=1)
+    # word 8 t + 4 g + s, byte 4 word + 2 h + e (a join's new index is the last dimension: e joined last)
+    phys = gl.join(gl.join(b0, b2), gl.join(b1, b3)).reshape([64, 4, 2, 4, 2, 2])  # (row, t, g, s, h, e)
+    return gl.convert_layout(gl.permute(phys, (0, 2, 3, 4, 1, 5)).reshape([64, 128]), _dot_a())
+
+
+@gluon.jit
+def _q_chunk_f16(q_s, q16_s, ch: gl.constexpr, up):
+    """q's latent chunk ch (bf16, `q_s`) as fp16 times `up` (2^e per row) into `q16_s` chunk ch, its columns in
+    `_k_operand`'s order."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
+    x = q_s.index(ch).load(layout).to(gl.float32) * gl.convert_layout(up, gl.SliceLayout(1, layout))[:, None]
+    x = x.reshape([ROWS, 4, 2, 4, 2, 2])  # byte 32 t + 16 g + 4 s + 2 h + e
+    q16_s.index(ch).store(gl.permute(x, (0, 2, 3, 4, 1, 5)).reshape([ROWS, CHUNK]).to(gl.float16))
+
+
+@gluon.jit
+def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
+            k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch, num_heads,
+            mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b, stride_s_s, stride_lt_b,
+            SLOTS: gl.constexpr):
+    """The shipped kernel's loader, but each half's latent in four 128-byte-wide swizzled boxes: slot st is half
+    st % 2 of pair st // 2, whose chunk ch is `raw_s.index(4 * (st // 2) + ch)` `[64, 32]`."""
+    sc_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    wait_for_prior_grid(w)
+    first_seq, last_seq = _span(schedule_ptr, w, batch)
+    c = 0
+    pieces = 0
+    for b in range(first_seq, last_seq + 1):
+        _active, _whole, lo, hi, k_lo, n_blocks, row_start, _num_q, _lo_r, _hi_r, _lo_max, _hi_min = _piece(
+            schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, 0, num_heads, mask_code, window, sc_layout, ROWS)
+        if n_blocks > 0:
+            lookup_row = lookup_ptr + b.to(gl.int64) * stride_lt_b
+            mbarrier.wait(q_empty, (pieces & 1) ^ 1)
+            mbarrier.expect(q_ready, N_CHUNKS * q_desc.block_type.nbytes + qr_desc.block_type.nbytes)
+            q_row = row_start * num_heads
+            for ch in gl.static_range(N_CHUNKS):
+                tma.async_copy_global_to_shared(q_desc, [q_row, CHUNK * ch], q_ready, q_s.index(ch))
+            tma.async_copy_global_to_shared(qr_desc, [q_row, D_LAT], q_ready, qr_s)
+            pieces += 1
+            nxt = _table_entries(lookup_row, k_lo, hi, page_size, 0, n_blocks)
+            for g in range(0, n_blocks, ENTRIES):
+                entries = nxt
+                nxt = _table_entries(lookup_row, k_lo, hi, page_size, g + ENTRIES, n_blocks)
+                for i in range(g, gl.minimum(g + ENTRIES, n_blocks)):
+                    page = gl.sum(gl.where(gl.arange(0, ENTRIES, _entry_layout()) == i - g, entries, 0), axis=0)
+                    k0 = k_lo + i * BLOCK_N
+                    for h in gl.static_range(2):
+                        n = 2 * c + h
+                        st = n % SLOTS
+                        kh = k0 + h * HALF
+                        mbarrier.wait(k_empty.index(st), ((n // SLOTS) & 1) ^ 1)
+                        keys = kh + gl.arange(0, HALF, sc_layout)
+                        slot = kh % page_size + gl.arange(0, HALF, sc_layout)
+                        s_ptr = (scales_ptr + page.to(gl.int64) * stride_s_b + s_layer_off
+                                 + slot.to(gl.int64) * stride_s_s)
+                        async_copy.async_copy_global_to_shared(sc_s.index(st), s_ptr, mask=(keys >= lo) & (keys < hi))
+                        async_copy.mbarrier_arrive(k_ready.index(st))
+                        bar = k_ready.index(st)
+                        mbarrier.expect(bar, N_CHUNKS * lat_desc.block_type.nbytes + rope_desc.block_type.nbytes)
+                        row = page * page_rows + layer_row0 + kh % page_size
+                        for ch in gl.static_range(N_CHUNKS):
+                            tma.async_copy_global_to_shared(lat_desc, [row, ch * CHUNK // 4], bar,
+                                                            raw_s.index(4 * (st // 2) + ch).slice(h * HALF, HALF))
+                        tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar,
+                                                        rr_s.index(st // 2).slice(h * HALF, HALF))
+                    c += 1
 
 
 @gluon.constexpr_function
@@ -77,8 +171,7 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, scm_s, ox_
     key_l: gl.constexpr = gl.SliceLayout(1, layout)
     acc2: gl.constexpr = _acc_layout()  # also the [128, 16] output chunks'
     ocol_l: gl.constexpr = gl.SliceLayout(0, acc2)
-    pairs = raw_s._reinterpret(gl.int32, [SLOTS // 2, BLOCK_N, D_LAT // 4], raw_s.layout)
-    rope_pairs = rr_s._reinterpret(gl.bfloat16, [SLOTS // 2, BLOCK_N, D_ROPE], rr_s.layout)
+    rope_pairs = rr_s._reinterpret(gl.bfloat16, [SLOTS // 2, BLOCK_N, D_ROPE], _bf16_tile())
     sc_pairs = sc_s._reinterpret(gl.float32, [SLOTS // 2, BLOCK_N], sc_s.layout)
     wait_for_prior_grid(w)
     first_seq, last_seq = _span(schedule_ptr, w, batch)
@@ -121,16 +214,16 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, scm_s, ox_
                     a_rope = rope_pairs.index(pr).load(_dot_a())
                     s_rope = warpgroup_mma(a_rope, qrp_s.permute((1, 0)), gl.zeros([BLOCK_N, ROWS], gl.float32, layout),
                                            use_acc=False, is_async=True)
-                    a_0 = _k_operand(pairs.index(pr).slice(0, CHUNK // 4, dim=1).load(_k_words()))
+                    a_0 = _k_operand(raw_s.index(4 * pr + 0).load(_k_words()))
                     s_lat = warpgroup_mma(a_0, q16_s.index(dyn).permute((1, 0)),
                                           gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False, is_async=True)
-                    a_1 = _k_operand(pairs.index(pr).slice(CHUNK // 4, CHUNK // 4, dim=1).load(_k_words()))
+                    a_1 = _k_operand(raw_s.index(4 * pr + 1).load(_k_words()))
                     s_lat = warpgroup_mma(a_1, q16_s.index(1 + dyn).permute((1, 0)), s_lat, is_async=True)
                     s_rope, a_rope, a_0 = warpgroup_mma_wait(num_outstanding=1, deps=(s_rope, a_rope, a_0))
-                    a_2 = _k_operand(pairs.index(pr).slice(2 * CHUNK // 4, CHUNK // 4, dim=1).load(_k_words()))
+                    a_2 = _k_operand(raw_s.index(4 * pr + 2).load(_k_words()))
                     s_lat = warpgroup_mma(a_2, q16_s.index(2 + dyn).permute((1, 0)), s_lat, is_async=True)
                     a_1 = warpgroup_mma_wait(num_outstanding=1, deps=(a_1,))
-                    a_3 = _k_operand(pairs.index(pr).slice(3 * CHUNK // 4, CHUNK // 4, dim=1).load(_k_words()))
+                    a_3 = _k_operand(raw_s.index(4 * pr + 3).load(_k_words()))
                     s_lat = warpgroup_mma(a_3, q16_s.index(3 + dyn).permute((1, 0)), s_lat, is_async=True)
                     sc = sc_pairs.index(pr).load(key_l)
                     s_lat, a_2, a_3 = warpgroup_mma_wait(num_outstanding=0, deps=(s_lat, a_2, a_3))
@@ -169,15 +262,15 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, scm_s, ox_
                     pt = p_s.permute((1, 0))
                     v_key = k0 + gl.arange(0, BLOCK_N, gl.SliceLayout(1, _v_words()))
                     v_ok = (v_key >= lo) & (v_key < hi)
-                    v0 = _v_operand(pairs.index(pr).slice(0, CHUNK // 4, dim=1).load(_v_words()), v_ok)
+                    v0 = _v_operand(raw_s.index(4 * pr + 0).load(_v_words()), v_ok)
                     o0 = warpgroup_mma(v0, pt, o0, is_async=True)
-                    v1 = _v_operand(pairs.index(pr).slice(CHUNK // 4, CHUNK // 4, dim=1).load(_v_words()), v_ok)
+                    v1 = _v_operand(raw_s.index(4 * pr + 1).load(_v_words()), v_ok)
                     o1 = warpgroup_mma(v1, pt, o1, is_async=True)
                     o0, v0 = warpgroup_mma_wait(num_outstanding=1, deps=(o0, v0))
-                    v2 = _v_operand(pairs.index(pr).slice(2 * CHUNK // 4, CHUNK // 4, dim=1).load(_v_words()), v_ok)
+                    v2 = _v_operand(raw_s.index(4 * pr + 2).load(_v_words()), v_ok)
                     o2 = warpgroup_mma(v2, pt, o2, is_async=True)
                     o1, v1 = warpgroup_mma_wait(num_outstanding=1, deps=(o1, v1))
-                    v3 = _v_operand(pairs.index(pr).slice(3 * CHUNK // 4, CHUNK // 4, dim=1).load(_v_words()), v_ok)
+                    v3 = _v_operand(raw_s.index(4 * pr + 3).load(_v_words()), v_ok)
                     o3 = warpgroup_mma(v3, pt, o3, is_async=True)
                     o2, o3, v2, v3 = warpgroup_mma_wait(num_outstanding=0, deps=(o2, o3, v2, v3))
                     fence_async_shared()
@@ -271,8 +364,8 @@ def _mla_decode_ws16_kernel(
     q16_b = gl.allocate_shared_memory(gl.float16, [N_CHUNKS, ROWS, CHUNK], _bf16_tile())
     qrp_a = gl.allocate_shared_memory(gl.bfloat16, [ROWS, D_ROPE], qr_desc.layout)
     qrp_b = gl.allocate_shared_memory(gl.bfloat16, [ROWS, D_ROPE], qr_desc.layout)
-    raw_s = gl.allocate_shared_memory(gl.int32, [SLOTS, HALF, D_LAT // 4], lat_desc.layout)
-    rr_s = gl.allocate_shared_memory(gl.int32, [SLOTS, HALF, D_ROPE // 2], rope_desc.layout)
+    raw_s = gl.allocate_shared_memory(gl.int32, [SLOTS // 2 * N_CHUNKS, BLOCK_N, CHUNK // 4], _sw128_i32())
+    rr_s = gl.allocate_shared_memory(gl.int32, [SLOTS // 2, BLOCK_N, D_ROPE // 2], _sw128_i32())
     sc_s = gl.allocate_shared_memory(gl.float32, [SLOTS, HALF], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     p_a = gl.allocate_shared_memory(gl.float16, [ROWS, BLOCK_N], _bf16_tile())
     p_b = gl.allocate_shared_memory(gl.float16, [ROWS, BLOCK_N], _bf16_tile())
@@ -318,10 +411,24 @@ CONSUMER_REGS = 232
 LOADER_REGS = 24
 
 
+class _SwizzledRing:
+    """Stands in for the launcher's `GluonTensorDescriptor`: the ring's int32 boxes (`[32, 128]` latent, `[32, 32]`
+    rope, unswizzled) become `[32, 32]` boxes swizzled by 128 bytes (`_sw128_i32`); the others pass through."""
+
+    @staticmethod
+    def from_tensor(x, block, layout):
+        import torch
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+        if x.dtype == torch.int32:
+            block, layout = [HALF, CHUNK // 4], _sw128_i32()
+        return TensorDescriptor.from_tensor(x, block, layout)
+
+
 def install(slots: int = 6, consumer_regs: int = CONSUMER_REGS, loader_regs: int = LOADER_REGS) -> None:
     """Swap this kernel into the launcher (`_triton_decode._mla_decode_ws16_kernel`) with an even ring."""
     from pagedmla.ops import _triton_decode
     _triton_decode._mla_decode_ws16_kernel = _mla_decode_ws16_kernel
+    _triton_decode.GluonTensorDescriptor = _SwizzledRing
     _triton_decode.WS16_SLOTS = slots
     _triton_decode.WS16_WIDEN_REGS = consumer_regs
     _triton_decode.WS16_LOADER_REGS = loader_regs
@@ -355,7 +462,7 @@ def time_against_shipped(cases: list[str], variants: list[tuple[int, int, int]],
 
     from pagedmla.configs.decode import WS16
     from pagedmla.ops import _triton_decode
-    names = ("_mla_decode_ws16_kernel", "WS16_SLOTS", "WS16_WIDEN_REGS", "WS16_LOADER_REGS")
+    names = ("_mla_decode_ws16_kernel", "WS16_SLOTS", "WS16_WIDEN_REGS", "WS16_LOADER_REGS", "GluonTensorDescriptor")
     shipped = [getattr(_triton_decode, n) for n in names]
     workers = torch.cuda.get_device_properties(0).multi_processor_count
     for text in cases:
@@ -379,7 +486,27 @@ def time_against_shipped(cases: list[str], variants: list[tuple[int, int, int]],
 VARIANTS = [(6, 232, 24), (6, 216, 40), (4, 232, 24)]
 
 
+def check_indices() -> None:
+    """`_k_operand`'s and `_q_chunk_f16`'s column order in torch: the product of the permuted operands is the
+    plain one."""
+    import torch
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 128, generator=gen, dtype=torch.float64)
+    q = torch.randn(16, 128, generator=gen, dtype=torch.float64)
+    b = x.reshape(64, 32, 4).unbind(-1)  # the four bytes of each word
+
+    def join(u, v):
+        return torch.stack([u, v], dim=-1)
+    a = join(join(b[0], b[2]), join(b[1], b[3])).reshape(64, 4, 2, 4, 2, 2).permute(0, 2, 3, 4, 1, 5).reshape(64, 128)
+    q16 = q.reshape(16, 4, 2, 4, 2, 2).permute(0, 2, 3, 4, 1, 5).reshape(16, 128)
+    assert torch.allclose(a @ q16.T, x @ q.T), "logits operand"
+    print("index algebra: ok")
+
+
 def main() -> None:
+    if "--check-indices" in sys.argv:
+        check_indices()
+        return
     if "--time" in sys.argv:
         time_against_shipped([a for a in sys.argv[1:] if "," in a] or ["64,4096"], VARIANTS, repeat=2)
         return
