@@ -420,7 +420,7 @@ class _SwizzledRing:
         import torch
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
         if x.dtype == torch.int32:
-            block, layout = [HALF, CHUNK // 4], _sw128_i32()
+            block, layout = [32, 32], gl.NVMMASharedLayout(128, 32, 2)  # HALF rows, CHUNK / 4 words
         return TensorDescriptor.from_tensor(x, block, layout)
 
 
