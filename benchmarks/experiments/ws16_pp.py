@@ -508,7 +508,9 @@ def main() -> None:
         check_indices()
         return
     if "--time" in sys.argv:
-        time_against_shipped([a for a in sys.argv[1:] if "," in a] or ["64,4096"], VARIANTS, repeat=2)
+        repeat = int(sys.argv[sys.argv.index("--repeat") + 1]) if "--repeat" in sys.argv else 2
+        variants = VARIANTS[:1] if "--one" in sys.argv else VARIANTS
+        time_against_shipped([a for a in sys.argv[1:] if "," in a] or ["64,4096"], variants, repeat=repeat)
         return
     dump = sys.argv[sys.argv.index("--dump") + 1] if "--dump" in sys.argv else None
     for v in VARIANTS:
