@@ -310,15 +310,17 @@ def decode_ws(tma_out: bool = True):
 CASES.update({"decode-ws": decode_ws, "decode-ws-register-stores": partial(decode_ws, False)})
 
 
-def decode_ws16(sink: bool = True):
-    """The warp-specialized 16-row Gluon decode over the rope-aware FP8 cache (`kernels.mla_decode_ws16`) with
-    the descriptors its launcher builds (16 heads, a 64-slot page cache of 2 layers)."""
+def decode_ws16(sink: bool = True, registers: bool = False):
+    """The warp-specialized 16-row Gluon decode over the rope-aware FP8 cache (`kernels.mla_decode_ws16`, or with
+    `registers` `kernels.mla_decode_ws16_rs`) with the descriptors its launcher builds (16 heads, a 64-slot page
+    cache of 2 layers)."""
     import torch
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
 
     from pagedmla.kernels.mla_decode_ws16 import _mla_decode_ws16_kernel
+    from pagedmla.kernels.mla_decode_ws16_rs import _mla_decode_ws16_rs_kernel
     from pagedmla.ops import _triton_decode as td
 
     q = torch.empty(8, 16, 576, dtype=torch.bfloat16)
@@ -329,20 +331,25 @@ def decode_ws16(sink: bool = True):
 
     def desc(x2d, block, dtype):
         return TensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block, dtype))
+    ring = gl.NVMMASharedLayout(128 if registers else 0, 32, 2)
     descs = {"q_desc": desc(q2d, [16, 128], gl.bfloat16), "qr_desc": desc(q2d, [16, 64], gl.bfloat16),
-             "lat_desc": TensorDescriptor.from_tensor(rows32, [32, 128], gl.NVMMASharedLayout(0, 32, 2)),
-             "rope_desc": TensorDescriptor.from_tensor(rows32, [32, 32], gl.NVMMASharedLayout(0, 32, 2))}
+             "lat_desc": TensorDescriptor.from_tensor(rows32, [32, 32] if registers else [32, 128], ring),
+             "rope_desc": TensorDescriptor.from_tensor(rows32, [32, 32], ring)}
     types = {name: mangle_type(d) for name, d in descs.items()}
     types.update(out_ptr="*bf16", lse_ptr="*fp32", offsets_ptr="*i32", cache_lengths_ptr="*i32", lookup_ptr="*i32",
                  schedule_ptr="*i32", sink_ptr="*fp32", part_out_ptr="*fp32", part_lse_ptr="*fp32",
                  scales_ptr="*fp32")
+    if registers:
+        const = dict(HAS_SINK=sink, SLOTS=td.WS16_RS_SLOTS, CONSUMER_REGS=td.WS16_RS_CONSUMER_REGS,
+                     LOADER_REGS=td.WS16_RS_LOADER_REGS)
+        return _mla_decode_ws16_rs_kernel, types, const, 4, 1
     const = dict(HAS_SINK=sink, SLOTS=td.WS16_SLOTS, WIDEN_WARPS=td.WS16_WIDEN_WARPS,
                  WIDEN_REGS=td.WS16_WIDEN_REGS,
                  LOADER_REGS=td.WS16_LOADER_REGS)
     return _mla_decode_ws16_kernel, types, const, 4, 1
 
 
-CASES.update({"decode-ws16": decode_ws16})
+CASES.update({"decode-ws16": decode_ws16, "decode-ws16-rs": partial(decode_ws16, registers=True)})
 
 
 def sparse_ring(slots: int, dtype: str = "bf16", sink: bool = True, split: bool = True):

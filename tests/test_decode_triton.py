@@ -213,6 +213,37 @@ def test_row_tiles(heads, new, block_m):
 
 
 @cpu_tier
+def test_plan_keeps_the_longest_sequence():
+    """A Triton plan carries its longest sequence's keys on the host (`DecodePlan.max_cache_length`, the
+    16-row FP8 kernels' choice), and a refill keeps the value it was built with (a captured graph's launches stay
+    fixed)."""
+    pb, _ = batch([12, 40], [2, 1], seed=29)
+    plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=4, num_partitions=3, backend="triton")
+    assert plan.max_cache_length == 41
+    pb2, _ = batch([90, 1], [1, 2], seed=31)
+    assert pm.mla_decode_plan(pb2.input_row_offsets, pb2.kv, num_heads=4, out=plan).max_cache_length == 41
+
+
+def test_ws16_kernel_choice(monkeypatch):
+    """Which 16-row FP8 kernel a call runs: the register-operand one (`kernels.mla_decode_ws16_rs`) when the
+    pieces are long (`configs.decode.WS16_RS_MIN_BLOCKS` 64-key blocks each, estimated from the plan's longest
+    sequence; the cases timed on the H200 fall on the faster side), the widen one on short pieces or when the
+    length is unknown (0); `WS16_KERNEL` forces one, and anything else there is a ValueError."""
+    worth = _triton_decode.ws16_registers_worth_it
+    monkeypatch.setattr(_triton_decode, "WS16_KERNEL", None)
+    assert worth(64, 4096, 132) and worth(128, 4096, 132)
+    assert not worth(32, 4096, 132) and not worth(8, 16384, 132) and not worth(256, 1024, 132)
+    assert not worth(1, 16384, 132) and not worth(64, 0, 132)
+    monkeypatch.setattr(_triton_decode, "WS16_KERNEL", "registers")
+    assert worth(1, 0, 132)
+    monkeypatch.setattr(_triton_decode, "WS16_KERNEL", "widen")
+    assert not worth(128, 4096, 132)
+    monkeypatch.setattr(_triton_decode, "WS16_KERNEL", "fast")
+    with pytest.raises(ValueError, match="WS16_KERNEL"):
+        worth(128, 4096, 132)
+
+
+@cpu_tier
 def test_refresh_plan_in_place():
     pb, _ = batch([12, 40], [2, 1], seed=29)
     plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=4, num_partitions=3, backend="triton")
@@ -1291,10 +1322,13 @@ def test_gpu_ring_cuda_graph_replay(call_counter):
 
 # --------------------------------------------- GPU tier: the warp-specialized 16-row kernel (rope-aware FP8)
 
-@pytest.fixture
-def ws16_on(monkeypatch):
-    """The 16-row kernel switched on (`_triton_decode.WS16_ENABLED`, its kill switch)."""
+@pytest.fixture(params=["widen", "registers"])
+def ws16_on(request, monkeypatch):
+    """The 16-row kernels switched on (`_triton_decode.WS16_ENABLED`, their kill switch), each test run once
+    with each of them forced (`_triton_decode.WS16_KERNEL`: `kernels.mla_decode_ws16` and
+    `kernels.mla_decode_ws16_rs`)."""
     monkeypatch.setattr(_triton_decode, "WS16_ENABLED", True)
+    monkeypatch.setattr(_triton_decode, "WS16_KERNEL", request.param)
 
 
 WS16_CASES = [

@@ -33,6 +33,7 @@ CASES = [
     ("decode-ring-s2-fp8", "dense Gluon ring kernel, rope-aware FP8"),
     ("decode-ws", "dense warp-specialized Gluon kernel"),
     ("decode-ws16", "dense warp-specialized 16-row Gluon kernel, rope-aware FP8"),
+    ("decode-ws16-rs", "dense warp-specialized 16-row Gluon kernel with register operands, rope-aware FP8"),
     ("decode-bf16-h16", "dense Triton kernel"),
     ("decode-fp8-h128", "dense Triton kernel, FP8"),
     ("combine-p2-r4-dv512-w4", "dense combine"),
@@ -181,21 +182,30 @@ def releases_after_unfenced_loads(lines: list[str]) -> tuple[int, list[int]]:
     return after_loads, bad
 
 
-def test_ws16_fences_before_it_releases_a_slot(compiled):
-    """The 16-row FP8 kernel's widen warps read each ring slot with ordinary shared loads and release it to the
-    loader, whose next TMA copy (the async proxy) writes it: a `fence_async_shared` must come between. Without
-    it the results came out wrong now and then on the H200 (BENCHMARKS.md, twentieth session). In the widen
-    partition (the worker partition of 4 warps; TTGIR, where partitions are regions of their own), every
-    arrival that follows shared loads must have the fence after them and then a barrier; with the fences taken
-    out, or each moved after its barrier, the check flags them."""
-    widen = partition(compiled("decode-ws16", "ttgir"), 4)
+# releases the swapped-fence self-test cannot flag: consumer 1's merge hand-over (`merge_full`, ordinary stores
+# only) has a barrier of its own after the block loop's fence, so a fence moved after the loop's barrier still
+# comes before a barrier for it
+UNSWAPPABLE = {"decode-ws16": 0, "decode-ws16-rs": 1}
+
+
+@pytest.mark.parametrize("case", list(UNSWAPPABLE))
+def test_ws16_fences_before_it_releases_a_slot(case, compiled):
+    """The 16-row FP8 kernels read each ring slot with ordinary shared loads (the widen warps of
+    `mla_decode_ws16`, the consumers of `mla_decode_ws16_rs`) and release it to the loader, whose next TMA copy
+    (the async proxy) writes it: a `fence_async_shared` must come between. Without it the results came out wrong
+    now and then on the H200 (BENCHMARKS.md, twentieth session). In the worker partition of 4 warps (the widen
+    warps; consumer 1; TTGIR, where partitions are regions of their own), every arrival that follows shared loads
+    must have the fence after them and then a barrier; with the fences taken out, or each moved after its
+    barrier, the check flags them. (Consumer 0, the default partition, runs the same function.)"""
+    widen = partition(compiled(case, "ttgir"), 4)
     found, bad = releases_after_unfenced_loads(widen)
-    assert found >= 3, "fewer releases after shared loads than the widen loop has (is the pattern still right?)"
-    assert not bad, f"arrivals after shared loads without a proxy fence at widen-partition lines {bad}"
+    assert found >= 3, "fewer releases after shared loads than the loop has (is the pattern still right?)"
+    assert not bad, f"arrivals after shared loads without a proxy fence at partition lines {bad}"
     stripped = [line for line in widen if FENCE not in line]
     assert len(releases_after_unfenced_loads(stripped)[1]) == found, "the check does not see a missing fence"
     swapped = list(widen)  # each fence after its barrier instead of before
     for k in range(len(swapped) - 1):
         if FENCE in swapped[k] and BARRIER in swapped[k + 1]:
             swapped[k], swapped[k + 1] = swapped[k + 1], swapped[k]
-    assert len(releases_after_unfenced_loads(swapped)[1]) == found, "the check does not see a fence too late"
+    assert len(releases_after_unfenced_loads(swapped)[1]) == found - UNSWAPPABLE[case], \
+        "the check does not see a fence too late"

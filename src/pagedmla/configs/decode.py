@@ -135,6 +135,13 @@ WS16 = DecodeConfig(block_m=16, block_n=64, num_warps=4, num_stages=1, ws16=True
 # rope-aware FP8 row 114.2 against 132.3; with 64-key units (ring-probe-3680814...txt) B128 N4096 156.6 against
 # 160.0. Smaller batches keep the Triton tile (ring-small-4c24fe4...txt): B32 N4096 53.1 us against 57.3 on the
 # ring, B16 N4096 36.3 against 36.9.
+# 64-key blocks per piece (estimated: batch x blocks of the longest sequence over max(workers, batch)) from which
+# a call runs the register-operand 16-row FP8 kernel (`kernels.mla_decode_ws16_rs`) rather than the widen one.
+# H200, 16 heads, one token, 132 workers (benchmarks/results/session-22/, BENCHMARKS.md, twenty-second session),
+# widen -> registers: B64 N4096 (31 blocks) 78.7 -> 72.5 us, B128 N4096 (62) 144.4 -> 122.4; below: B8 N16384
+# (15.5) 44.6 -> 43.8, B32 N4096 (15.5) 44.3 -> 46.0, B256 N1024 (16) 82.4 -> 87.3, B64 N1024 (7.8) 29.4 -> 35.7,
+# B1 N16384 13.6 -> 19.4.
+WS16_RS_MIN_BLOCKS = 24
 RING_MIN_KEYS = 1 << 18
 # keys per schedule unit of a ring plan: a 64-key unit cut B64 N4096's sequences (64 units plus 2 of fixed
 # cost) into pieces of 15, 17, 16 and 16 blocks at 256 workers; 32-key units into 31, 33, 32 and 32 of 32 keys,

@@ -147,9 +147,12 @@ def _table_entries(lookup_row, k_lo, hi, page_size, first, n_blocks):
 def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
             k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch, num_heads,
             mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b, stride_s_s, stride_lt_b,
-            SLOTS: gl.constexpr):
+            SLOTS: gl.constexpr, SPLIT_LATENT: gl.constexpr):
     """The copies: q's rows per piece; each block's two halves of 32 rows (their 512 latent and 128 rope bytes by
-    TMA, their scales by `cp.async`), each into ring slot `(2c + h) % SLOTS` once the widen warps released it."""
+    TMA, their scales by `cp.async`), each into ring slot `(2c + h) % SLOTS` once its consumer released it.
+    SPLIT_LATENT (`mla_decode_ws16_rs`): a half's latent in four boxes of 128 bytes a row, swizzled; slot st is
+    half st % 2 of pair st // 2, whose latent chunk ch is `raw_s.index(4 * (st // 2) + ch)` `[64, 32]` and rope
+    `rr_s.index(st // 2)`."""
     sc_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     wait_for_prior_grid(w)
     first_seq, last_seq = _span(schedule_ptr, w, batch)
@@ -193,11 +196,19 @@ def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, 
                         async_copy.async_copy_global_to_shared(sc_s.index(st), s_ptr, mask=(keys >= lo) & (keys < hi))
                         async_copy.mbarrier_arrive(k_ready.index(st))
                         bar = k_ready.index(st)
-                        mbarrier.expect(bar, lat_desc.block_type.nbytes + rope_desc.block_type.nbytes)
                         row = page * page_rows + layer_row0 + kh % page_size
-                        # whole rows' bytes in two boxes (the rows as int32 values, copied as they are)
-                        tma.async_copy_global_to_shared(lat_desc, [row, 0], bar, raw_s.index(st))
-                        tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))
+                        if SPLIT_LATENT:
+                            mbarrier.expect(bar, N_CHUNKS * lat_desc.block_type.nbytes + rope_desc.block_type.nbytes)
+                            for ch in gl.static_range(N_CHUNKS):
+                                tma.async_copy_global_to_shared(lat_desc, [row, ch * CHUNK // 4], bar,
+                                                                raw_s.index(4 * (st // 2) + ch).slice(h * HALF, HALF))
+                            tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar,
+                                                            rr_s.index(st // 2).slice(h * HALF, HALF))
+                        else:
+                            mbarrier.expect(bar, lat_desc.block_type.nbytes + rope_desc.block_type.nbytes)
+                            # whole rows' bytes in two boxes (the rows as int32 values, copied as they are)
+                            tma.async_copy_global_to_shared(lat_desc, [row, 0], bar, raw_s.index(st))
+                            tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))
                     c += 1
 
 
@@ -501,5 +512,5 @@ def _mla_decode_ws16_kernel(
         (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
                    k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch,
                    num_heads, mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b,
-                   stride_s_s, stride_lt_b, SLOTS)),
+                   stride_s_s, stride_lt_b, SLOTS, False)),
     ], [WIDEN_WARPS, 1], [WIDEN_REGS, LOADER_REGS])

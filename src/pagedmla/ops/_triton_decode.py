@@ -56,6 +56,7 @@ if _WS_AVAILABLE:
     from ..kernels.mla_decode_ring import _mla_decode_ring_kernel
     from ..kernels.mla_decode_ws import _mla_decode_ws_kernel
     from ..kernels.mla_decode_ws16 import _mla_decode_ws16_kernel
+    from ..kernels.mla_decode_ws16_rs import _mla_decode_ws16_rs_kernel
 
 # logits are scaled by scale * log2(e) so the kernels use exp2
 _LOG2E = 1.0 / math.log(2.0)
@@ -142,7 +143,7 @@ def plan(input_row_offsets, kv_collection, num_heads: int, num_partitions: int |
     schedule = torch.empty((1 + cfg.num_workers + batch, 4), dtype=torch.int32, device=device)
     fill_schedule(schedule, input_row_offsets, kv_collection.cache_lengths, cfg)
     args = torch.tensor([batch, max_q, cfg.num_workers, max_keys], dtype=torch.int32, device=device)
-    return DecodePlan(args, batch, max_q, cfg.num_workers, schedule, "triton", cfg.granularity, num_heads)
+    return DecodePlan(args, batch, max_q, cfg.num_workers, schedule, "triton", cfg.granularity, num_heads, max_keys)
 
 
 def refresh_plan(plan_: DecodePlan, input_row_offsets: torch.Tensor, kv_collection) -> None:
@@ -363,40 +364,76 @@ WS16_WIDEN_REGS = 128
 WS16_LOADER_REGS = 48
 
 
+# The register-operand sibling (`kernels.mla_decode_ws16_rs`): its ring slots (6: 219 KB in all; 4 were 10-14%
+# slower), consumer 1's and the loader's registers (consumer 0 gets the rest: 256). H200 (ws16_pp.py,
+# BENCHMARKS.md, twenty-second session): 232/24 and 216/40 within 1%.
+WS16_RS_SLOTS = 6
+WS16_RS_CONSUMER_REGS = 232
+WS16_RS_LOADER_REGS = 24
+# Which 16-row FP8 kernel a call runs: None picks by `ws16_registers_worth_it`; "widen" or "registers" forces
+# one (the tests run every ws16 case on both).
+WS16_KERNEL: str | None = None
+
+
+def ws16_registers_worth_it(batch: int, max_cache_length: int, num_workers: int) -> bool:
+    """Whether the register-operand kernel should run: when the schedule's pieces are long (about
+    `configs.decode.WS16_RS_MIN_BLOCKS` 64-key blocks or more, estimated from the longest sequence's keys, 0 when
+    unknown), where its throughput wins; on short pieces its longer start and end per piece lose."""
+    if WS16_KERNEL is not None:
+        if WS16_KERNEL not in ("widen", "registers"):
+            raise ValueError(f"Invalid _triton_decode.WS16_KERNEL: expected None, 'widen' or 'registers', "
+                             f"got {WS16_KERNEL!r}")
+        return WS16_KERNEL == "registers"
+    blocks = batch * triton.cdiv(max_cache_length, 64)
+    return blocks >= decode_configs.WS16_RS_MIN_BLOCKS * max(num_workers, batch)
+
+
 def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
-                 mask_code: int, window: int, out, lse, schedule, sink, part_out, part_lse, pdl: bool) -> None:
-    """`_mla_decode_ws16_kernel`, one program per worker, writing `out` / `lse` or the partials."""
+                 mask_code: int, window: int, out, lse, schedule, sink, part_out, part_lse, pdl: bool,
+                 registers: bool) -> None:
+    """`_mla_decode_ws16_kernel`, or with `registers` `_mla_decode_ws16_rs_kernel`, one program per worker,
+    writing `out` / `lse` or the partials."""
     batch = cache_lengths.shape[0]
     num_workers = schedule.shape[0] - 1 - batch
     lat2d, page_rows, layer_row0 = _ws_cache_rows(blocks, layer_idx, torch.float8_e4m3fn)
     # the 640-byte rows as int32 values (bits copied as they are): boxes of the 128 latent and the 32 rope
-    # columns of 32 rows (a ring slot)
+    # columns of 32 rows (a ring slot); the register-operand kernel's boxes are 32 columns wide, swizzled
     rows32 = lat2d.view(torch.uint8).view(torch.int32)
     q2d = _ws_q_rows(q)
 
     def desc(x2d, block, dtype):
         return GluonTensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block, dtype))
-    _mla_decode_ws16_kernel[(num_workers,)](
-        desc(q2d, [16, 128], gl.bfloat16), desc(q2d, [16, 64], gl.bfloat16),
-        GluonTensorDescriptor.from_tensor(rows32, [32, 128], gl.NVMMASharedLayout(0, 32, 2)),
-        GluonTensorDescriptor.from_tensor(rows32, [32, 32], gl.NVMMASharedLayout(0, 32, 2)), out, lse,
+    if registers:
+        ring = gl.NVMMASharedLayout(128, 32, 2)
+        lat_desc = GluonTensorDescriptor.from_tensor(rows32, [32, 32], ring)
+        rope_desc = GluonTensorDescriptor.from_tensor(rows32, [32, 32], ring)
+        kernel = _mla_decode_ws16_rs_kernel
+        consts = dict(SLOTS=WS16_RS_SLOTS, CONSUMER_REGS=WS16_RS_CONSUMER_REGS, LOADER_REGS=WS16_RS_LOADER_REGS)
+    else:
+        lat_desc = GluonTensorDescriptor.from_tensor(rows32, [32, 128], gl.NVMMASharedLayout(0, 32, 2))
+        rope_desc = GluonTensorDescriptor.from_tensor(rows32, [32, 32], gl.NVMMASharedLayout(0, 32, 2))
+        kernel = _mla_decode_ws16_kernel
+        consts = dict(SLOTS=WS16_SLOTS, WIDEN_WARPS=WS16_WIDEN_WARPS, WIDEN_REGS=WS16_WIDEN_REGS,
+                      LOADER_REGS=WS16_LOADER_REGS)
+    kernel[(num_workers,)](
+        desc(q2d, [16, 128], gl.bfloat16), desc(q2d, [16, 64], gl.bfloat16), lat_desc, rope_desc, out, lse,
         input_row_offsets, cache_lengths, lookup_table, schedule,
         sink, part_out, part_lse, scales,
         batch, q.shape[1], mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows, layer_row0,
         layer_idx * scales.stride(2), lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0),
         lse.stride(1), part_out.stride(0), part_out.stride(1), part_lse.stride(0), scales.stride(0),
         scales.stride(3),
-        HAS_SINK=sink is not lse, SLOTS=WS16_SLOTS, WIDEN_WARPS=WS16_WIDEN_WARPS, WIDEN_REGS=WS16_WIDEN_REGS,
-        LOADER_REGS=WS16_LOADER_REGS,
-        num_warps=4, **pdl_kwargs(pdl))
+        HAS_SINK=sink is not lse, num_warps=4, **consts, **pdl_kwargs(pdl))
 
 
 def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx: int, scale: float,
-                  mask_code: int, window: int, out, lse, schedule, *, max_seq_length: int, attn_sink=None,
+                  mask_code: int, window: int, out, lse, schedule, *, max_seq_length: int, max_cache_length: int = 0,
+                  attn_sink=None,
                   qk_rope_head_dim: int = 64, scales=None, q_scale=None, quant_granularity: int = 0,
                   rope_aware: bool = False, config: DecodeConfig | None = None,
                   combine_config: CombineConfig | None = None) -> None:
     """Run the dense decode with a built schedule; fills `out` `[T, H, kv_lora_rank]` and `lse` `[T, H]`.
+    `max_cache_length` (the plan's, 0: unknown) picks between the 16-row FP8 kernels (`ws16_registers_worth_it`).
 
     `scales` (float32 `[num_blocks, 1, num_layers, page_size, 1, ceil(head_size / G)]`) dequantizes an FP8
     cache with one scale per `quant_granularity` columns; `q_scale` (float32 `[T]`) an FP8 q. `rope_aware`:
@@ -470,7 +507,8 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
                              "(see decode_ws16_ready; the kernel is off while _triton_decode.WS16_ENABLED is "
                              "False), got True")
         _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code,
-                     window, out, lse, schedule, sink, part_out, part_lse, pdl)
+                     window, out, lse, schedule, sink, part_out, part_lse, pdl,
+                     ws16_registers_worth_it(batch, max_cache_length, num_workers))
     elif cfg.ring_slots:
         _launch_ring(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code,
                      window, out, lse, schedule, sink, part_out, part_lse, cfg.ring_slots, attn_sink is not None,
@@ -524,7 +562,8 @@ def _launch_combine(out, lse, input_row_offsets, schedule, sink, part_out, part_
 
 def decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
            mask_code: int, window: int, num_partitions: int, out, lse, *, plan_args=None, plan_schedule=None,
-           max_seq_length: int = 1, fold_shared_index: bool = False, q_scale=None, rope_aware: bool = False,
+           max_seq_length: int = 1, max_cache_length: int = 0, fold_shared_index: bool = False, q_scale=None,
+           rope_aware: bool = False,
            qk_rope_head_dim: int = 64, indices=None, topk_lengths=None, attn_sink=None, extra_blocks=None,
            extra_scales=None, extra_indices=None, extra_topk_lengths=None, quant_granularity: int = 0,
            extra_quant_granularity: int = 0) -> None:
@@ -546,6 +585,7 @@ def decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, la
         schedule = torch.empty((1 + cfg.num_workers + batch, 4), dtype=torch.int32, device=q.device)
         fill_schedule(schedule, input_row_offsets, cache_lengths, cfg)
     launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx, scale, mask_code, window,
-                  out, lse, schedule, max_seq_length=max_seq_length, attn_sink=attn_sink,
+                  out, lse, schedule, max_seq_length=max_seq_length, max_cache_length=max_cache_length,
+                  attn_sink=attn_sink,
                   qk_rope_head_dim=qk_rope_head_dim, scales=scales, q_scale=q_scale,
                   quant_granularity=quant_granularity, rope_aware=rope_aware)
