@@ -2,7 +2,7 @@
 `cvt.rn.f16x2.e4m3x2` (two per four values), the exact bf16 conversion the shipped kernels use
 (`pagedmla.kernels.fp8.E4M3X4_TO_BF16_ASM`: integer and bf16 FMA instructions), and integer instructions alone
 (shifts, masks, byte permutes: fp16 bits times 2^-8, NaN not kept; a candidate to run beside the native one on
-the other pipe). Written for the register-operand FP8 decode draft (`ws16_rs.py`), whose speed depends on it
+the other pipe). Written for the register-operand FP8 decode (`pagedmla.kernels.mla_decode_ws16_rs`), whose speed depends on it
 (BENCHMARKS.md, twenty-first session). Not yet run on a GPU.
 
     PYTHONPATH=src python3 benchmarks/experiments/cvt_throughput.py

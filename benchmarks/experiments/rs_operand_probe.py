@@ -4,8 +4,8 @@ registers and fed to a register-operand warpgroup MMA with no data moving betwee
 
 Yes, for the logits' operand (K q^T, keys as the MMA's rows): the K axis is permuted instead of the data. A thread
 of the MMA's register-operand layout holds, per 16 columns, columns 2t, 2t + 1, 2t + 8, 2t + 9 (t = lane % 4);
-here it loads 16 consecutive bytes per row and 64-byte group, and a reshape and permute relabel them so that
-column k = 64 g + 16 s + 8 h + 2 t + e is byte 64 g + 16 t + 4 s + 2 h + e. q must then be stored in the same
+here it loads 16-byte units 2t and 2t + 1 of each row's 128-byte chunk, and a reshape and permute relabel
+them so that column k = 64 g + 16 s + 8 h + 2 t + e is byte 32 t + 16 g + 4 s + 2 h + e. q must then be stored in the same
 order. Compiled for sm_90a, the conversion to the operand layout is a register permutation: the SASS between the
 shared loads and the MMAs is conversions (F2FP) only.
 
@@ -13,10 +13,11 @@ And for P @ V's operand (V^T, dims as the MMA's rows, keys on its K axis), which
 bytes of one dim in each register: a thread loads one 4-byte word (4 dims) of each of its four keys, pairs the
 words of keys 2kp and 2kp + 1 byte by byte (two `prmt` per pair), and widens each pair; the dims are relabeled
 (row m = 64 a + 16 w + 8 h + r of the output is dim 32 w + 4 r + 2 a + h), which the output's store would
-undo. Again only LDS, PRMT and F2FP between the loads and the MMAs. Neither probe has run on a GPU; the index
-algebra of both is checked in torch by `ws16_rs.py --check-indices` (the draft kernel built on them).
+undo. Again only LDS, PRMT and F2FP between the loads and the MMAs. The index algebra of both is checked in
+torch by `tests/test_ws16_rs_operands.py`; the kernel built on them, `pagedmla.kernels.mla_decode_ws16_rs`, is
+tested in the gpu tier.
 
-The operands are built by the draft kernel's own functions (`ws16_rs._k_operand`, `_v_operand`); the probe
+The operands are built by the kernel's own functions (`mla_decode_ws16_rs._k_operand`, `_v_operand`); the probe
 kernels here only feed them a tile and an MMA.
 
     PYTHONPATH=src python3 benchmarks/experiments/rs_operand_probe.py      # no GPU needed
@@ -37,7 +38,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
-from ws16_rs import _acc_layout, _k_operand, _k_words, _v_operand, _v_words
+
+from pagedmla.kernels.mla_decode_ws16 import _acc_layout
+from pagedmla.kernels.mla_decode_ws16_rs import _k_operand, _k_words, _v_operand, _v_words
 
 
 @gluon.jit
@@ -66,7 +69,7 @@ def _b_in_smem(b_ptr, K: gl.constexpr, N: gl.constexpr, SWIZZLE: gl.constexpr):
 
 @gluon.jit
 def probe(x_ptr, q_ptr, out_ptr):
-    """S^T `[64, 16]` = K q^T from a `[64 keys, 128 bytes]` e4m3 chunk (`ws16_rs._k_operand`)."""
+    """S^T `[64, 16]` = K q^T from a `[64 keys, 128 bytes]` e4m3 chunk (`mla_decode_ws16_rs._k_operand`)."""
     qt = _b_in_smem(q_ptr, 128, 16, 128)
     raw_s = _tile_in_smem(x_ptr)
     gl.thread_barrier()
@@ -78,7 +81,7 @@ def probe(x_ptr, q_ptr, out_ptr):
 
 @gluon.jit
 def probe_pv(x_ptr, p_ptr, out_ptr):
-    """O^T `[128, 16]` = V^T P^T from a `[64 keys, 128 bytes]` e4m3 chunk (`ws16_rs._v_operand`)."""
+    """O^T `[128, 16]` = V^T P^T from a `[64 keys, 128 bytes]` e4m3 chunk (`mla_decode_ws16_rs._v_operand`)."""
     pt = _b_in_smem(p_ptr, 64, 16, 128)
     raw_s = _tile_in_smem(x_ptr)
     gl.thread_barrier()

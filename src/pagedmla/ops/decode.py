@@ -138,10 +138,11 @@ def _decode_op(q: Tensor, input_row_offsets: Tensor, blocks: Tensor, cache_lengt
                   extra_scales=extra_scales, extra_indices=extra_indices, extra_topk_lengths=extra_topk_lengths,
                   quant_granularity=quant_granularity, extra_quant_granularity=extra_quant_granularity)
     if backend == "triton":
+        # the plan's longest sequence picks among the dense kernels only
+        dense = {} if indices is not None else {"max_cache_length": max_cache_length}
         fn(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code, window,
            num_partitions, out, lse, plan_args=plan_args, plan_schedule=plan_schedule,
-           max_seq_length=max_seq_length, max_cache_length=max_cache_length, fold_shared_index=fold_shared_index,
-           **common)
+           max_seq_length=max_seq_length, fold_shared_index=fold_shared_index, **dense, **common)
     else:
         fn(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code, window,
            num_partitions, out, lse, **common)
