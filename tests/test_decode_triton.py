@@ -213,34 +213,55 @@ def test_row_tiles(heads, new, block_m):
 
 
 @cpu_tier
-def test_plan_keeps_the_longest_sequence():
-    """A Triton plan carries its longest sequence's keys on the host (`DecodePlan.max_cache_length`, the
-    16-row FP8 kernels' choice), and a refill keeps the value it was built with (a captured graph's launches stay
-    fixed)."""
+def test_plan_decides_long_pieces_and_the_op_passes_it_on(monkeypatch):
+    """A Triton plan decides on the host, from its longest sequence, whether its pieces are long
+    (`DecodePlan.long_pieces`: the 16-row FP8 decode's kernel choice), a refill keeps it (a captured graph's
+    launches stay fixed), and the public op hands it to the dense launcher (recorded here in place of the
+    launch; the sparse path takes no such argument)."""
     pb, _ = batch([12, 40], [2, 1], seed=29)
     plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=4, num_partitions=3, backend="triton")
-    assert plan.max_cache_length == 41
-    pb2, _ = batch([90, 1], [1, 2], seed=31)
-    assert pm.mla_decode_plan(pb2.input_row_offsets, pb2.kv, num_heads=4, out=plan).max_cache_length == 41
+    assert plan.long_pieces is False
+    # one worker, 24 blocks of 64 keys: long (configs.decode.WS16_RS_MIN_BLOCKS)
+    long_pb, long_q = batch([24 * 64 - 1], [1], seed=5)
+    long_plan = pm.mla_decode_plan(long_pb.input_row_offsets, long_pb.kv, num_heads=4, num_partitions=1,
+                                   backend="triton")
+    assert long_plan.long_pieces is True
+    short_pb, _ = batch([10], [1], seed=7)  # a refill for a short step keeps the plan's choice
+    assert pm.mla_decode_plan(short_pb.input_row_offsets, short_pb.kv, num_heads=4, out=long_plan).long_pieces
+    seen = []
+    monkeypatch.setattr(_triton_decode, "launch_decode", lambda *args, **kw: seen.append(kw["long_pieces"]))
+    long_plan = pm.mla_decode_plan(long_pb.input_row_offsets, long_pb.kv, num_heads=4, num_partitions=1,
+                                   backend="triton")
+    pm.mla_decode_kv_cache_ragged(long_q, long_pb.input_row_offsets, long_pb.kv, 1, SCALE, plan=long_plan,
+                                  qk_rope_head_dim=ROPE, backend="triton")
+    # the same step on three workers: 24 blocks over three pieces are short
+    split_plan = pm.mla_decode_plan(long_pb.input_row_offsets, long_pb.kv, num_heads=4, num_partitions=3,
+                                    backend="triton")
+    pm.mla_decode_kv_cache_ragged(long_q, long_pb.input_row_offsets, long_pb.kv, 1, SCALE, plan=split_plan,
+                                  qk_rope_head_dim=ROPE, backend="triton")
+    assert seen == [True, False]
 
 
 def test_ws16_kernel_choice(monkeypatch):
     """Which 16-row FP8 kernel a call runs: the register-operand one (`kernels.mla_decode_ws16_rs`) when the
-    pieces are long (`configs.decode.WS16_RS_MIN_BLOCKS` 64-key blocks each, estimated from the plan's longest
-    sequence; the cases timed on the H200 fall on the faster side), the widen one on short pieces or when the
-    length is unknown (0); `WS16_KERNEL` forces one, and anything else there is a ValueError."""
-    worth = _triton_decode.ws16_registers_worth_it
+    plan's pieces are long (`pieces_are_long`: `configs.decode.WS16_RS_MIN_BLOCKS` 64-key blocks each, estimated
+    from the longest sequence; the cases timed on the H200 fall on the faster side), the widen one on short
+    pieces or when the length is unknown (0); `WS16_KERNEL` forces one, and anything else there is a
+    ValueError."""
+    long = _triton_decode.pieces_are_long
+    assert long(64, 4096, 132) and long(128, 4096, 132)
+    assert not long(32, 4096, 132) and not long(8, 16384, 132) and not long(256, 1024, 132)
+    assert not long(1, 16384, 132) and not long(64, 0, 132)
+    use = _triton_decode.ws16_use_registers
     monkeypatch.setattr(_triton_decode, "WS16_KERNEL", None)
-    assert worth(64, 4096, 132) and worth(128, 4096, 132)
-    assert not worth(32, 4096, 132) and not worth(8, 16384, 132) and not worth(256, 1024, 132)
-    assert not worth(1, 16384, 132) and not worth(64, 0, 132)
+    assert use(True) and not use(False)
     monkeypatch.setattr(_triton_decode, "WS16_KERNEL", "registers")
-    assert worth(1, 0, 132)
+    assert use(False)
     monkeypatch.setattr(_triton_decode, "WS16_KERNEL", "widen")
-    assert not worth(128, 4096, 132)
+    assert not use(True)
     monkeypatch.setattr(_triton_decode, "WS16_KERNEL", "fast")
     with pytest.raises(ValueError, match="WS16_KERNEL"):
-        worth(128, 4096, 132)
+        use(True)
 
 
 @cpu_tier

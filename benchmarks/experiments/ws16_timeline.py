@@ -53,18 +53,19 @@ def _patched_source() -> str:
     # the stamp buffer: the kernel's argument after scales_ptr, each partition's last argument
     sub("    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr,\n",
         "    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr, stamps_ptr,\n")
-    sub("            SLOTS: gl.constexpr):\n", "            SLOTS: gl.constexpr, stamps_ptr):\n")
+    sub("            SLOTS: gl.constexpr, SPLIT_LATENT: gl.constexpr):\n",
+        "            SLOTS: gl.constexpr, SPLIT_LATENT: gl.constexpr, stamps_ptr):\n")
     sub("             SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr):\n",
         "             SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr, stamps_ptr):\n")
     sub("               stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr):\n",
         "               stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr, stamps_ptr):\n")
     sub("stride_po_s, stride_po_r, stride_pl_s, HAS_SINK)),", "stride_po_s, stride_po_r, stride_pl_s, HAS_SINK, stamps_ptr)),")
     sub("SLOTS,\n                    WIDEN_WARPS)),", "SLOTS,\n                    WIDEN_WARPS, stamps_ptr)),")
-    sub("stride_lt_b, SLOTS)),", "stride_lt_b, SLOTS, stamps_ptr)),")
+    sub("stride_lt_b, SLOTS, False)),", "stride_lt_b, SLOTS, False, stamps_ptr)),")
     # loader (the block's second half overwrites the first's stamp)
-    sub("                        tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))\n",
-        "                        tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))\n"
-        "                        _stamp(stamps_ptr, c, 0)\n")
+    sub("                            tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))\n",
+        "                            tma.async_copy_global_to_shared(rope_desc, [row, D_LAT // 4], bar, rr_s.index(st))\n"
+        "                            _stamp(stamps_ptr, c, 0)\n")
     # widen
     # (the second half arrives, read ahead, before the block's W buffer is waited for)
     sub("                                                    sc_layout)\n                mbarrier.wait(w_free",

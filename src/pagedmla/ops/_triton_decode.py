@@ -143,7 +143,8 @@ def plan(input_row_offsets, kv_collection, num_heads: int, num_partitions: int |
     schedule = torch.empty((1 + cfg.num_workers + batch, 4), dtype=torch.int32, device=device)
     fill_schedule(schedule, input_row_offsets, kv_collection.cache_lengths, cfg)
     args = torch.tensor([batch, max_q, cfg.num_workers, max_keys], dtype=torch.int32, device=device)
-    return DecodePlan(args, batch, max_q, cfg.num_workers, schedule, "triton", cfg.granularity, num_heads, max_keys)
+    return DecodePlan(args, batch, max_q, cfg.num_workers, schedule, "triton", cfg.granularity, num_heads,
+                      pieces_are_long(batch, max_keys, cfg.num_workers))
 
 
 def refresh_plan(plan_: DecodePlan, input_row_offsets: torch.Tensor, kv_collection) -> None:
@@ -370,22 +371,28 @@ WS16_LOADER_REGS = 48
 WS16_RS_SLOTS = 6
 WS16_RS_CONSUMER_REGS = 232
 WS16_RS_LOADER_REGS = 24
-# Which 16-row FP8 kernel a call runs: None picks by `ws16_registers_worth_it`; "widen" or "registers" forces
+# Which 16-row FP8 kernel a call runs: None picks by the plan's `long_pieces`; "widen" or "registers" forces
 # one (the tests run every ws16 case on both).
 WS16_KERNEL: str | None = None
 
 
-def ws16_registers_worth_it(batch: int, max_cache_length: int, num_workers: int) -> bool:
-    """Whether the register-operand kernel should run: when the schedule's pieces are long (about
-    `configs.decode.WS16_RS_MIN_BLOCKS` 64-key blocks or more, estimated from the longest sequence's keys, 0 when
-    unknown), where its throughput wins; on short pieces its longer start and end per piece lose."""
+def pieces_are_long(batch: int, max_cache_length: int, num_workers: int) -> bool:
+    """Whether a schedule's pieces are long: about `configs.decode.WS16_RS_MIN_BLOCKS` 64-key blocks or more
+    each, estimated from the longest sequence's keys (0: unknown, short) as batch x its blocks over
+    max(workers, batch). The plan's `long_pieces`."""
+    blocks = batch * triton.cdiv(max_cache_length, 64)
+    return blocks >= decode_configs.WS16_RS_MIN_BLOCKS * max(num_workers, batch)
+
+
+def ws16_use_registers(long_pieces: bool) -> bool:
+    """Whether the 16-row FP8 decode runs its register-operand kernel: on long pieces, where its throughput wins
+    (on short ones its longer start and end per piece lose), unless `WS16_KERNEL` forces a kernel."""
     if WS16_KERNEL is not None:
         if WS16_KERNEL not in ("widen", "registers"):
             raise ValueError(f"Invalid _triton_decode.WS16_KERNEL: expected None, 'widen' or 'registers', "
                              f"got {WS16_KERNEL!r}")
         return WS16_KERNEL == "registers"
-    blocks = batch * triton.cdiv(max_cache_length, 64)
-    return blocks >= decode_configs.WS16_RS_MIN_BLOCKS * max(num_workers, batch)
+    return long_pieces
 
 
 def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
@@ -427,13 +434,13 @@ def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
 
 
 def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx: int, scale: float,
-                  mask_code: int, window: int, out, lse, schedule, *, max_seq_length: int, max_cache_length: int = 0,
+                  mask_code: int, window: int, out, lse, schedule, *, max_seq_length: int, long_pieces: bool = False,
                   attn_sink=None,
                   qk_rope_head_dim: int = 64, scales=None, q_scale=None, quant_granularity: int = 0,
                   rope_aware: bool = False, config: DecodeConfig | None = None,
                   combine_config: CombineConfig | None = None) -> None:
     """Run the dense decode with a built schedule; fills `out` `[T, H, kv_lora_rank]` and `lse` `[T, H]`.
-    `max_cache_length` (the plan's, 0: unknown) picks between the 16-row FP8 kernels (`ws16_registers_worth_it`).
+    `long_pieces` (the plan's) picks between the 16-row FP8 kernels (`ws16_use_registers`).
 
     `scales` (float32 `[num_blocks, 1, num_layers, page_size, 1, ceil(head_size / G)]`) dequantizes an FP8
     cache with one scale per `quant_granularity` columns; `q_scale` (float32 `[T]`) an FP8 q. `rope_aware`:
@@ -508,7 +515,7 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
                              "False), got True")
         _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code,
                      window, out, lse, schedule, sink, part_out, part_lse, pdl,
-                     ws16_registers_worth_it(batch, max_cache_length, num_workers))
+                     ws16_use_registers(long_pieces))
     elif cfg.ring_slots:
         _launch_ring(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code,
                      window, out, lse, schedule, sink, part_out, part_lse, cfg.ring_slots, attn_sink is not None,
@@ -562,7 +569,7 @@ def _launch_combine(out, lse, input_row_offsets, schedule, sink, part_out, part_
 
 def decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
            mask_code: int, window: int, num_partitions: int, out, lse, *, plan_args=None, plan_schedule=None,
-           max_seq_length: int = 1, max_cache_length: int = 0, fold_shared_index: bool = False, q_scale=None,
+           max_seq_length: int = 1, long_pieces: bool = False, fold_shared_index: bool = False, q_scale=None,
            rope_aware: bool = False,
            qk_rope_head_dim: int = 64, indices=None, topk_lengths=None, attn_sink=None, extra_blocks=None,
            extra_scales=None, extra_indices=None, extra_topk_lengths=None, quant_granularity: int = 0,
@@ -585,7 +592,7 @@ def decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, la
         schedule = torch.empty((1 + cfg.num_workers + batch, 4), dtype=torch.int32, device=q.device)
         fill_schedule(schedule, input_row_offsets, cache_lengths, cfg)
     launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx, scale, mask_code, window,
-                  out, lse, schedule, max_seq_length=max_seq_length, max_cache_length=max_cache_length,
+                  out, lse, schedule, max_seq_length=max_seq_length, long_pieces=long_pieces,
                   attn_sink=attn_sink,
                   qk_rope_head_dim=qk_rope_head_dim, scales=scales, q_scale=q_scale,
                   quant_granularity=quant_granularity, rope_aware=rope_aware)

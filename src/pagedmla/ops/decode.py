@@ -40,9 +40,10 @@ class DecodePlan:
         granularity: keys per unit of the schedule (Triton plans; 0: none), kept when the plan is refreshed.
         num_heads: the query heads it was built for (its schedule and tiles are sized by them; a dense decode
             with another head count is a ValueError); 0 only in a plan not built by `mla_decode_plan`.
-        max_cache_length: the longest sequence's keys when the plan was built (host; a refill keeps it): a
-            kernel choice that depends on the lengths (the 16-row FP8 kernels) is made from it, so that a
-            captured CUDA graph's launches stay fixed; 0: unknown.
+        long_pieces: whether the schedule's pieces are long (`ops._triton_decode.pieces_are_long`, from the
+            longest sequence when the plan is built; a refill keeps it, so that a captured CUDA graph's
+            launches stay fixed, and a compiled caller sees a flag, not a length that changes every step): the
+            16-row FP8 decode then runs its register-operand kernel.
     """
 
     scalar_args: Tensor
@@ -53,7 +54,7 @@ class DecodePlan:
     backend: str
     granularity: int = 0
     num_heads: int = 0
-    max_cache_length: int = 0
+    long_pieces: bool = False
     # host copies of the offsets and lengths a Triton plan was built or last refilled with, kept where reading
     # them is free (CPU tensors) so that a decode can check the plan is for its lengths; None elsewhere
     _host_lengths: tuple | None = field(default=None, repr=False, compare=False)
@@ -129,7 +130,7 @@ def _decode_op(q: Tensor, input_row_offsets: Tensor, blocks: Tensor, cache_lengt
                q_scale: Tensor | None, indices: Tensor | None, topk_lengths: Tensor | None,
                attn_sink: Tensor | None, extra_blocks: Tensor | None, extra_scales: Tensor | None,
                extra_indices: Tensor | None, extra_topk_lengths: Tensor | None, layer_idx: int, scale: float,
-               mask_code: int, window: int, num_partitions: int, max_seq_length: int, max_cache_length: int,
+               mask_code: int, window: int, num_partitions: int, max_seq_length: int, long_pieces: bool,
                rope_aware: bool, qk_rope_head_dim: int, fold_shared_index: bool, quant_granularity: int,
                extra_quant_granularity: int, backend: str) -> None:
     fn = _dispatch.impl("mla_sparse_decode" if indices is not None else "mla_decode_kv_cache_ragged", backend)
@@ -138,8 +139,8 @@ def _decode_op(q: Tensor, input_row_offsets: Tensor, blocks: Tensor, cache_lengt
                   extra_scales=extra_scales, extra_indices=extra_indices, extra_topk_lengths=extra_topk_lengths,
                   quant_granularity=quant_granularity, extra_quant_granularity=extra_quant_granularity)
     if backend == "triton":
-        # the plan's longest sequence picks among the dense kernels only
-        dense = {} if indices is not None else {"max_cache_length": max_cache_length}
+        # the plan's piece length picks among the dense kernels only
+        dense = {} if indices is not None else {"long_pieces": long_pieces}
         fn(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code, window,
            num_partitions, out, lse, plan_args=plan_args, plan_schedule=plan_schedule,
            max_seq_length=max_seq_length, fold_shared_index=fold_shared_index, **dense, **common)
@@ -356,6 +357,6 @@ def mla_decode_kv_cache_ragged(q: Tensor, input_row_offsets: Tensor, kv_collecti
         q, input_row_offsets, kv.blocks, kv.cache_lengths, kv.lookup_table, kv.scales, plan.scalar_args,
         plan.schedule, output, lse, q_scale, indices, topk_lengths, attn_sink, extra_blocks, extra_scales,
         extra_indices, extra_topk_lengths, layer_idx, scale, code, window, parts, plan.max_seq_length,
-        plan.max_cache_length, per_token_scale_rope_aware, qk_rope_head_dim, fold_shared_index, kv.params.quantization_granularity or 0,
-        extra_granularity, chosen)
+        plan.long_pieces, per_token_scale_rope_aware, qk_rope_head_dim, fold_shared_index,
+        kv.params.quantization_granularity or 0, extra_granularity, chosen)
     return (output, lse) if return_lse else output
