@@ -399,39 +399,55 @@ def _mma_warps(q_s, qr_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, p_s, red_s, q_rea
                 mbarrier.arrive(q_empty)
                 pieces += 1
 
-            l_i = gl.sum(l_cols, axis=0)
-            has = l_i > 0.0
-            m_use = _no_inf(m_i)
-            l_safe = gl.where(has, l_i, 1.0)
-            lse = gl.where(has, (m_i + gl.log2(l_safe)) * LN2, float("-inf"))
-            rows = gl.arange(0, ROWS, col_l)
-            rows_ok = rows < num_q * num_heads
-            heads = rows % num_heads
-            # the sink joins the denominator of whole sequences (sink_ptr is any float32 buffer of H values
-            # without one, loaded and dropped, as in `mla_decode_ws`)
-            sink = gl.where(whole & HAS_SINK, gl.load(sink_ptr + heads, mask=rows_ok, other=0.0) * LOG2E,
-                            float("-inf"))
-            if whole:
-                inv = gl.where(has, 1.0 / (l_safe + gl.exp2(sink - m_use)), 0.0)
-                o_row = (row_start + rows // num_heads).to(gl.int64) * stride_o_t + heads.to(gl.int64) * stride_o_h
-                _store_chunks(out_ptr, o_row, o0, o1, o2, o3, inv, rows_ok, False)
-                gl.store(lse_ptr + (row_start + rows // num_heads).to(gl.int64) * stride_lse_t
-                         + heads.to(gl.int64) * stride_lse_h, lse, mask=rows_ok)
-            else:
-                slot = (2 * w + (b != first_seq).to(gl.int32)).to(gl.int64)
-                inv = gl.where(has, 1.0 / l_safe, 0.0)
-                _store_chunks(part_out_ptr, slot * stride_po_s + rows.to(gl.int64) * stride_po_r, o0, o1, o2, o3, inv,
-                              rows_ok, True)
-                gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, eviction_policy="evict_last")
+            _finish_piece(o0, o1, o2, o3, m_i, gl.sum(l_cols, axis=0), whole, b, first_seq, w, row_start, num_q,
+                          num_heads, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h,
+                          stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK, False)
 
 
 @gluon.jit
-def _store_chunk(ptr, row_off, ch: gl.constexpr, acc, inv, rows_ok, KEEP: gl.constexpr):
+def _finish_piece(o0, o1, o2, o3, m_i, l_i, whole, b, first_seq, w, row_start, num_q, num_heads, sink_ptr, out_ptr,
+                  lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h,
+                  stride_po_s, stride_po_r, stride_pl_s, col_l: gl.constexpr, HAS_SINK: gl.constexpr,
+                  RELABELED: gl.constexpr):
+    """A piece's rows (O^T chunks o0..o3 over the sums l_i, running maxima m_i in `col_l`) to `out` / `lse` for a
+    whole sequence, else to the piece's partial slot `2w` or `2w + 1` with its LSE. RELABELED: the chunks' rows
+    are `mla_decode_ws16_rs`'s relabeled dims (`_store_chunk`)."""
+    has = l_i > 0.0
+    m_use = _no_inf(m_i)
+    l_safe = gl.where(has, l_i, 1.0)
+    lse = gl.where(has, (m_i + gl.log2(l_safe)) * LN2, float("-inf"))
+    rows = gl.arange(0, ROWS, col_l)
+    rows_ok = rows < num_q * num_heads
+    heads = rows % num_heads
+    # the sink joins the denominator of whole sequences (sink_ptr is any float32 buffer of H values
+    # without one, loaded and dropped, as in `mla_decode_ws`)
+    sink = gl.where(whole & HAS_SINK, gl.load(sink_ptr + heads, mask=rows_ok, other=0.0) * LOG2E,
+                    float("-inf"))
+    if whole:
+        inv = gl.where(has, 1.0 / (l_safe + gl.exp2(sink - m_use)), 0.0)
+        o_row = (row_start + rows // num_heads).to(gl.int64) * stride_o_t + heads.to(gl.int64) * stride_o_h
+        _store_chunks(out_ptr, o_row, o0, o1, o2, o3, inv, rows_ok, False, RELABELED)
+        gl.store(lse_ptr + (row_start + rows // num_heads).to(gl.int64) * stride_lse_t
+                 + heads.to(gl.int64) * stride_lse_h, lse, mask=rows_ok)
+    else:
+        slot = (2 * w + (b != first_seq).to(gl.int32)).to(gl.int64)
+        inv = gl.where(has, 1.0 / l_safe, 0.0)
+        _store_chunks(part_out_ptr, slot * stride_po_s + rows.to(gl.int64) * stride_po_r, o0, o1, o2, o3, inv,
+                      rows_ok, True, RELABELED)
+        gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, eviction_policy="evict_last")
+
+
+@gluon.jit
+def _store_chunk(ptr, row_off, ch: gl.constexpr, acc, inv, rows_ok, KEEP: gl.constexpr, RELABELED: gl.constexpr):
     """Output chunk ch (O^T `[128, 16]`: column ch * 128 + m of row n) times the rows' `inv` to
     `ptr + row_off[n] + column`, in the pointer's dtype. KEEP: partial results, stored with L2 policy evict_last
-    (see `mla_sparse_decode_ring._store_rows`)."""
+    (see `mla_sparse_decode_ring._store_rows`). RELABELED (`mla_decode_ws16_rs._v_operand`): chunk row
+    m = 64 a + 16 w + 8 h + r holds column 32 w + 4 r + 2 a + h."""
     layout: gl.constexpr = _acc_layout()
-    cols = ch * CHUNK + gl.arange(0, CHUNK, gl.SliceLayout(1, layout))
+    m = gl.arange(0, CHUNK, gl.SliceLayout(1, layout))
+    if RELABELED:
+        m = 32 * ((m // 16) % 4) + 4 * (m % 8) + 2 * (m // 64) + (m // 8) % 2
+    cols = ch * CHUNK + m
     val = (acc * inv[None, :]).to(ptr.dtype.element_ty)
     ptrs = ptr + row_off[None, :] + cols[:, None]
     if KEEP:
@@ -441,11 +457,11 @@ def _store_chunk(ptr, row_off, ch: gl.constexpr, acc, inv, rows_ok, KEEP: gl.con
 
 
 @gluon.jit
-def _store_chunks(ptr, row_off, o0, o1, o2, o3, inv, rows_ok, KEEP: gl.constexpr):
-    _store_chunk(ptr, row_off, 0, o0, inv, rows_ok, KEEP)
-    _store_chunk(ptr, row_off, 1, o1, inv, rows_ok, KEEP)
-    _store_chunk(ptr, row_off, 2, o2, inv, rows_ok, KEEP)
-    _store_chunk(ptr, row_off, 3, o3, inv, rows_ok, KEEP)
+def _store_chunks(ptr, row_off, o0, o1, o2, o3, inv, rows_ok, KEEP: gl.constexpr, RELABELED: gl.constexpr):
+    _store_chunk(ptr, row_off, 0, o0, inv, rows_ok, KEEP, RELABELED)
+    _store_chunk(ptr, row_off, 1, o1, inv, rows_ok, KEEP, RELABELED)
+    _store_chunk(ptr, row_off, 2, o2, inv, rows_ok, KEEP, RELABELED)
+    _store_chunk(ptr, row_off, 3, o3, inv, rows_ok, KEEP, RELABELED)
 
 
 # as `_mla_decode_ws_kernel`: no recompile when a size becomes 1 or changes its divisibility by 16

@@ -28,8 +28,8 @@ conversions in between; checked in the SASS by `benchmarks/experiments/rs_operan
   instead of the data (operand column k = 64 g + 16 s + 8 h + 2 t + e is byte 32 t + 16 g + 4 s + 2 h + e), and q
   is stored in that order, as fp16 times 2^e per row (`_q_scale`: bf16's 8 significant bits fit fp16's 11);
 - P @ V: a thread loads one 4-byte word of each of its four keys per 16-key step and pairs keys 2kp, 2kp + 1
-  byte by byte; row m = 64 a + 16 w + 8 h + r of an output chunk is dim 32 w + 4 r + 2 a + h (`_store_chunk`
-  undoes it);
+  byte by byte; row m = 64 a + 16 w + 8 h + r of an output chunk is dim 32 w + 4 r + 2 a + h
+  (`mla_decode_ws16._store_chunk` undoes it);
 - P^T is stored as fp16 p * scale / g, g a power of two near the piece's largest key scale, raised with O
   rescaled when a block's scales pass 16 g.
 
@@ -50,7 +50,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .gluon_common import D_ROPE, LN2, LOG2E, opaque_zero, wait_for_prior_grid
+from .gluon_common import D_ROPE, opaque_zero, wait_for_prior_grid
 from .mla_decode_ws import _no_inf, _piece
 from .mla_decode_ws16 import (
     BLOCK_N,
@@ -61,6 +61,7 @@ from .mla_decode_ws16 import (
     ROWS,
     _acc_layout,
     _bf16_tile,
+    _finish_piece,
     _loader,
     _red_layout,
     _span,
@@ -366,51 +367,10 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, scm_s, ox_
                     gl.thread_barrier()
                     mbarrier.arrive(merge_empty)
                     merges += 1
-                has = l_i > 0.0
-                l_safe = gl.where(has, l_i, 1.0)
-                lse = gl.where(has, (m + gl.log2(l_safe)) * LN2, float("-inf"))
-                rows = gl.arange(0, ROWS, col_l)
-                rows_ok = rows < num_q * num_heads
-                heads = rows % num_heads
-                sink = gl.where(whole & HAS_SINK, gl.load(sink_ptr + heads, mask=rows_ok, other=0.0) * LOG2E,
-                                float("-inf"))
-                if whole:
-                    inv = gl.where(has, 1.0 / (l_safe + gl.exp2(sink - m_use)), 0.0)
-                    o_row = (row_start + rows // num_heads).to(gl.int64) * stride_o_t + heads.to(gl.int64) * stride_o_h
-                    _store_chunks(out_ptr, o_row, o0, o1, o2, o3, inv, rows_ok, False)
-                    gl.store(lse_ptr + (row_start + rows // num_heads).to(gl.int64) * stride_lse_t
-                             + heads.to(gl.int64) * stride_lse_h, lse, mask=rows_ok)
-                else:
-                    slot = (2 * w + (b != first_seq).to(gl.int32)).to(gl.int64)
-                    inv = gl.where(has, 1.0 / l_safe, 0.0)
-                    _store_chunks(part_out_ptr, slot * stride_po_s + rows.to(gl.int64) * stride_po_r, o0, o1, o2, o3,
-                                  inv, rows_ok, True)
-                    gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, eviction_policy="evict_last")
+                _finish_piece(o0, o1, o2, o3, m, l_i, whole, b, first_seq, w, row_start, num_q, num_heads, sink_ptr,
+                              out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h, stride_lse_t,
+                              stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK, True)
         c0 += n_blocks
-
-
-@gluon.jit
-def _store_chunk(ptr, row_off, ch: gl.constexpr, acc, inv, rows_ok, KEEP: gl.constexpr):
-    """Output chunk ch (O^T `[128, 16]`, rows relabeled as in `_v_operand`) times `inv` to its columns."""
-    layout: gl.constexpr = _acc_layout()
-    m = gl.arange(0, CHUNK, gl.SliceLayout(1, layout))
-    # m = 64 a + 16 w + 8 h + r -> dim 32 w + 4 r + 2 a + h
-    dim = 32 * ((m // 16) % 4) + 4 * (m % 8) + 2 * (m // 64) + (m // 8) % 2
-    val = (acc * gl.convert_layout(inv, gl.SliceLayout(0, layout))[None, :]).to(ptr.dtype.element_ty)
-    ptrs = ptr + gl.convert_layout(row_off, gl.SliceLayout(0, layout))[None, :] + (ch * CHUNK + dim)[:, None]
-    ok = gl.convert_layout(rows_ok, gl.SliceLayout(0, layout))[None, :]
-    if KEEP:
-        gl.store(ptrs, val, mask=ok, eviction_policy="evict_last")
-    else:
-        gl.store(ptrs, val, mask=ok)
-
-
-@gluon.jit
-def _store_chunks(ptr, row_off, o0, o1, o2, o3, inv, rows_ok, KEEP: gl.constexpr):
-    _store_chunk(ptr, row_off, 0, o0, inv, rows_ok, KEEP)
-    _store_chunk(ptr, row_off, 1, o1, inv, rows_ok, KEEP)
-    _store_chunk(ptr, row_off, 2, o2, inv, rows_ok, KEEP)
-    _store_chunk(ptr, row_off, 3, o3, inv, rows_ok, KEEP)
 
 
 @gluon.jit(do_not_specialize=["batch", "num_heads", "mask_code", "window", "page_size", "page_rows", "layer_row0"])
