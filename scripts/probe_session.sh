@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# One device call (edit per session). Twenty-second session: the register-operand 16-row FP8 kernel
-# (kernels.mla_decode_ws16_rs) shipped beside the widen one: the ws16 gpu tests (each runs on both kernels),
-# ws16_stress.py on the new one, the other decode gpu tests touching plans and graphs, then the harness.
+# One device call (edit per session). Prepared for the twenty-third session: the register-operand 16-row FP8
+# kernel (kernels.mla_decode_ws16_rs) at the twenty-second session's final commit, whose last two changes (the
+# plan's long_pieces flag, one epilogue for both kernels) never ran on a GPU: the ws16 gpu tests (each runs on both
+# kernels, and test_gpu_ws16_automatic_choice, new, through the public op), ws16_stress.py on the new kernel,
+# the other decode gpu tests touching plans and graphs, then the harness.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1

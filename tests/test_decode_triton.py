@@ -1379,6 +1379,26 @@ def test_gpu_ws16(heads, page_size, cache, new, mask, window, parts, call_counte
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("cache,registers", [([4095] * 64, True), ([1000, 0, 63, 4000, 129], False)],
+                         ids=["B64-N4096-long", "short"])
+def test_gpu_ws16_automatic_choice(cache, registers, monkeypatch):
+    """Without `WS16_KERNEL`, the plan's `long_pieces` picks the 16-row FP8 kernel, end to end through the public
+    op: B64 N4096 at 16 heads (long pieces on the H200's 132 SMs) runs the register-operand kernel, a short batch
+    the widen one; each against the reference."""
+    monkeypatch.setattr(_triton_decode, "WS16_ENABLED", True)
+    monkeypatch.setattr(_triton_decode, "WS16_KERNEL", None)
+    seen = []
+    launch = _triton_decode._launch_ws16
+
+    def recorded(*args):
+        seen.append(args[-1])  # `registers`
+        return launch(*args)
+    monkeypatch.setattr(_triton_decode, "_launch_ws16", recorded)
+    run_ring_case(16, 64, cache, [1] * len(cache), "fp8", sink=True, seed=3)
+    assert seen == [registers]
+
+
+@pytest.mark.gpu
 def test_gpu_ws16_repeated(call_counter, ws16_on):
     """The schedules that showed the kernel's race (BENCHMARKS.md, twentieth session: one to seven workers over
     forty short sequences), three times each: without the widen warps' proxy fence, 5 of 24 such runs came out
