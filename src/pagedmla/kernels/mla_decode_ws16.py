@@ -42,6 +42,9 @@ flight). Without that fence one sequence in a run came out wrong now and then on
 many short sequences (`benchmarks/experiments/ws16_stress.py` finds it; BENCHMARKS.md, twentieth session).
 `ops._triton_decode.WS16_ENABLED` switches the kernel off.
 
+A sibling without the widened copy, `mla_decode_ws16_rs` (register operands), runs instead on long pieces
+(twenty-second session: B64 N4096 63.6 us in the harness); it shares this module's loader and epilogue.
+
 Compiled for sm_90 only (warpgroup MMAs, TMA); tested in the gpu tier against the reference.
 Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave the kernel in natural log.
 """
