@@ -1,0 +1,130 @@
+"""Where the register-operand 16-row FP8 decode's time goes (`pagedmla.kernels.mla_decode_ws16_rs`), by taking
+work out of patched copies of the kernel:
+- `fake-cvt-logits`: the logits' e4m3 -> fp16 conversions replaced by byte permutes (as many instructions, on
+  the integer pipe instead of the conversion one);
+- `fake-cvt-pv`: P @ V's conversions dropped (its byte permutes stay);
+- `fake-cvt`: both;
+- `no-logits`: zero logits (no operand loads, conversions or MMAs; the softmax and P @ V stay);
+- `no-pv`: no P @ V (its operand loads, conversions and MMAs);
+- `loader-only`: the consumers only pass the ring's barriers on.
+Timed in one process against the unpatched copy (`base`), CUDA-graph replays of decode_probe's cases (16 heads,
+one token, FP8, one worker per SM). The patched copies' outputs are garbage and not checked: these are bounds,
+not kernels.
+
+    PYTHONPATH=src:benchmarks python3 benchmarks/experiments/rs_ablate.py --case 64,4096 [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import pathlib
+import sys
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from decode_probe import Case, _time_graph
+from stamped_kernels import SourcePatch, load_patched
+
+from pagedmla.configs.decode import WS16
+from pagedmla.ops import _triton_decode
+
+CVT_LOGITS = """        cvt.rn.f16x2.e4m3x2 a, lo;
+        cvt.rn.f16x2.e4m3x2 b, hi;
+"""
+FAKE_LOGITS = """        prmt.b32 a, $4, 0, 0x1404;
+        prmt.b32 b, $4, 0, 0x3424;
+"""
+CVT_PV = """        cvt.rn.f16x2.e4m3x2 a, l0;
+        cvt.rn.f16x2.e4m3x2 b, l1;
+        cvt.rn.f16x2.e4m3x2 c, h0;
+        cvt.rn.f16x2.e4m3x2 d, h1;
+        mov.b32 {$0, $1}, a;
+        mov.b32 {$2, $3}, b;
+        mov.b32 {$4, $5}, c;
+        mov.b32 {$6, $7}, d;
+"""
+FAKE_PV = """        mov.b32 {$0, $1}, lo;
+        mov.b32 {$2, $3}, hi;
+        mov.b32 {$4, $5}, lo;
+        mov.b32 {$6, $7}, hi;
+"""
+LOGITS_FIRST = "                    a_rope = rope_pairs.index(pr).load(_dot_a())\n"
+LOGITS_WAIT = "                    s_lat, a_2, a_3 = warpgroup_mma_wait(num_outstanding=0, deps=(s_lat, a_2, a_3))\n"
+ZERO_LOGITS = """                    s_rope = gl.zeros([BLOCK_N, ROWS], gl.float32, layout)
+                    s_lat = gl.zeros([BLOCK_N, ROWS], gl.float32, layout) + dyn
+                    sc = sc_pairs.index(pr).load(key_l)
+"""
+PV_FIRST = "                    v0 = _v_operand("
+PV_WAIT = "                    o2, o3, v2, v3 = warpgroup_mma_wait(num_outstanding=0, deps=(o2, o3, v2, v3))\n"
+BLOCK_LOOP = "                for i in range((c0 + WG) % 2, n_blocks, 2):\n"
+PASS_LOOP = """                for i in range((c0 + WG) % 2, n_blocks, 2):
+                    c = c0 + i
+                    mbarrier.wait(k_ready.index((2 * c) % SLOTS), ((2 * c) // SLOTS) & 1)
+                    mbarrier.wait(k_ready.index((2 * c + 1) % SLOTS), ((2 * c + 1) // SLOTS) & 1)
+                    mbarrier.arrive(k_empty.index((2 * c) % SLOTS))
+                    mbarrier.arrive(k_empty.index((2 * c + 1) % SLOTS))
+                for i in range(0):
+"""
+
+
+def _cut(patch: SourcePatch, first: str, last: str, new: str) -> None:
+    i = patch.src.index(first)
+    j = patch.src.index(last) + len(last)
+    patch.src = patch.src[:i] + new + patch.src[j:]
+
+
+def _source(name: str) -> str:
+    import pagedmla.kernels.mla_decode_ws16_rs as rs
+    patch = SourcePatch(pathlib.Path(rs.__file__).read_text())
+    for rel in ("gluon_common", "mla_decode_ws16", "mla_decode_ws"):
+        patch.sub(f"from .{rel} ", f"from pagedmla.kernels.{rel} ")
+    if name in ("fake-cvt-logits", "fake-cvt"):
+        patch.sub(CVT_LOGITS, FAKE_LOGITS)
+    if name in ("fake-cvt-pv", "fake-cvt"):
+        patch.sub(CVT_PV, FAKE_PV)
+    if name == "no-logits":
+        _cut(patch, LOGITS_FIRST, LOGITS_WAIT, ZERO_LOGITS)
+    if name == "no-pv":
+        _cut(patch, PV_FIRST, PV_WAIT, "")
+    if name == "loader-only":
+        patch.sub(BLOCK_LOOP, PASS_LOOP)
+    return patch.src
+
+
+VARIANTS = ["base", "fake-cvt-logits", "fake-cvt-pv", "fake-cvt", "no-logits", "no-pv", "loader-only"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", action="append", default=[], help="B,N (16 heads, one token)")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--only", default=",".join(VARIANTS))
+    args = parser.parse_args()
+    names = args.only.split(",")
+    kernels = {name: load_patched(f"rs_ablate_{name.replace('-', '_')}", _source(name))._mla_decode_ws16_rs_kernel
+               for name in names}
+    original = _triton_decode._mla_decode_ws16_rs_kernel
+    before = _triton_decode.WS16_KERNEL
+    workers = torch.cuda.get_device_properties(0).multi_processor_count
+    _triton_decode.WS16_KERNEL = "registers"
+    try:
+        for text in args.case or ["64,4096"]:
+            b, n = (int(x) for x in text.split(","))
+            case = Case(b, n, 16, 1, fp8=True)
+            plan = case.plan(workers)
+            for _ in range(args.repeat):
+                for name, kernel in kernels.items():
+                    _triton_decode._mla_decode_ws16_rs_kernel = kernel
+                    try:
+                        us = _time_graph(case.run(plan, dataclasses.replace(WS16))) * 1e3 / case.copies
+                    finally:
+                        _triton_decode._mla_decode_ws16_rs_kernel = original
+                    print(f"B{b} N{n} W{workers} {name}: {us:.1f} us {case.bytes / us / 1e6:.2f} TB/s", flush=True)
+    finally:
+        _triton_decode.WS16_KERNEL = before
+
+
+if __name__ == "__main__":
+    main()
