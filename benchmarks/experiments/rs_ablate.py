@@ -6,7 +6,11 @@ work out of patched copies of the kernel:
 - `fake-cvt`: both;
 - `no-logits`: zero logits (no operand loads, conversions or MMAs; the softmax and P @ V stay);
 - `no-pv`: no P @ V (its operand loads, conversions and MMAs);
-- `loader-only`: the consumers only pass the ring's barriers on.
+- `loader-only`: the consumers only pass the ring's barriers on;
+- `logits-4acc` (not an ablation, a candidate): each latent chunk's logits MMAs into an accumulator of its own,
+  summed after the last wait, instead of one chain of 32 dependent MMAs;
+- `rope-ss` (a candidate): the rope's logits MMA reads its operand from shared memory (no register copy);
+  `4acc-rope-ss`: both.
 Timed in one process against the unpatched copy (`base`), CUDA-graph replays of decode_probe's cases (16 heads,
 one token, FP8, one worker per SM). The patched copies' outputs are garbage and not checked: these are bounds,
 not kernels.
@@ -59,6 +63,41 @@ ZERO_LOGITS = """                    s_rope = gl.zeros([BLOCK_N, ROWS], gl.float
 PV_FIRST = "                    v0 = _v_operand("
 PV_WAIT = "                    o2, o3, v2, v3 = warpgroup_mma_wait(num_outstanding=0, deps=(o2, o3, v2, v3))\n"
 BLOCK_LOOP = "                for i in range((c0 + WG) % 2, n_blocks, 2):\n"
+LOGITS_CHAIN = """                    s_lat = warpgroup_mma(a_0, q16_s.index(dyn).permute((1, 0)),
+                                          gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False, is_async=True)
+                    a_1 = _k_operand(raw_s.index(4 * pr + 1).load(_k_words()))
+                    s_lat = warpgroup_mma(a_1, q16_s.index(1 + dyn).permute((1, 0)), s_lat, is_async=True)
+                    s_rope, a_rope, a_0 = warpgroup_mma_wait(num_outstanding=1, deps=(s_rope, a_rope, a_0))
+                    a_2 = _k_operand(raw_s.index(4 * pr + 2).load(_k_words()))
+                    s_lat = warpgroup_mma(a_2, q16_s.index(2 + dyn).permute((1, 0)), s_lat, is_async=True)
+                    a_1 = warpgroup_mma_wait(num_outstanding=1, deps=(a_1,))
+                    a_3 = _k_operand(raw_s.index(4 * pr + 3).load(_k_words()))
+                    s_lat = warpgroup_mma(a_3, q16_s.index(3 + dyn).permute((1, 0)), s_lat, is_async=True)
+                    sc = sc_pairs.index(pr).load(key_l)
+                    s_lat, a_2, a_3 = warpgroup_mma_wait(num_outstanding=0, deps=(s_lat, a_2, a_3))
+"""
+LOGITS_4ACC = """                    zero = gl.zeros([BLOCK_N, ROWS], gl.float32, layout)
+                    s_0 = warpgroup_mma(a_0, q16_s.index(dyn).permute((1, 0)), zero, use_acc=False, is_async=True)
+                    a_1 = _k_operand(raw_s.index(4 * pr + 1).load(_k_words()))
+                    s_1 = warpgroup_mma(a_1, q16_s.index(1 + dyn).permute((1, 0)), zero, use_acc=False, is_async=True)
+                    s_rope, a_rope, a_0, s_0 = warpgroup_mma_wait(num_outstanding=1, deps=(s_rope, a_rope, a_0, s_0))
+                    a_2 = _k_operand(raw_s.index(4 * pr + 2).load(_k_words()))
+                    s_2 = warpgroup_mma(a_2, q16_s.index(2 + dyn).permute((1, 0)), zero, use_acc=False, is_async=True)
+                    a_1, s_1 = warpgroup_mma_wait(num_outstanding=1, deps=(a_1, s_1))
+                    a_3 = _k_operand(raw_s.index(4 * pr + 3).load(_k_words()))
+                    s_3 = warpgroup_mma(a_3, q16_s.index(3 + dyn).permute((1, 0)), zero, use_acc=False, is_async=True)
+                    sc = sc_pairs.index(pr).load(key_l)
+                    s_2, s_3, a_2, a_3 = warpgroup_mma_wait(num_outstanding=0, deps=(s_2, s_3, a_2, a_3))
+                    s_lat = (s_0 + s_1) + (s_2 + s_3)
+"""
+ROPE_RS = """                    a_rope = rope_pairs.index(pr).load(_dot_a())
+                    s_rope = warpgroup_mma(a_rope, qrp_s.permute((1, 0)), gl.zeros([BLOCK_N, ROWS], gl.float32, layout),
+                                           use_acc=False, is_async=True)
+"""
+ROPE_SS = """                    a_rope = gl.zeros([BLOCK_N, ROWS], gl.float32, layout)
+                    s_rope = warpgroup_mma(rope_pairs.index(pr), qrp_s.permute((1, 0)),
+                                           gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False, is_async=True)
+"""
 PASS_LOOP = """                for i in range((c0 + WG) % 2, n_blocks, 2):
                     c = c0 + i
                     mbarrier.wait(k_ready.index((2 * c) % SLOTS), ((2 * c) // SLOTS) & 1)
@@ -88,12 +127,16 @@ def _source(name: str) -> str:
         _cut(patch, LOGITS_FIRST, LOGITS_WAIT, ZERO_LOGITS)
     if name == "no-pv":
         _cut(patch, PV_FIRST, PV_WAIT, "")
+    if name in ("rope-ss", "4acc-rope-ss"):
+        patch.sub(ROPE_RS, ROPE_SS)
+    if name in ("logits-4acc", "4acc-rope-ss"):
+        patch.sub(LOGITS_CHAIN, LOGITS_4ACC)
     if name == "loader-only":
         patch.sub(BLOCK_LOOP, PASS_LOOP)
     return patch.src
 
 
-VARIANTS = ["base", "fake-cvt-logits", "fake-cvt-pv", "fake-cvt", "no-logits", "no-pv", "loader-only"]
+VARIANTS = ["base", "fake-cvt-logits", "fake-cvt-pv", "fake-cvt", "no-logits", "no-pv", "loader-only", "logits-4acc", "rope-ss", "4acc-rope-ss"]
 
 
 def main() -> None:
