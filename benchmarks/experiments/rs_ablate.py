@@ -10,7 +10,9 @@ work out of patched copies of the kernel:
 - `logits-4acc` (not an ablation, a candidate): each latent chunk's logits MMAs into an accumulator of its own,
   summed after the last wait, instead of one chain of 32 dependent MMAs;
 - `rope-ss` (a candidate): the rope's logits MMA reads its operand from shared memory (no register copy);
-  `4acc-rope-ss`: both.
+  `4acc-rope-ss`: both;
+- `dup-logits` / `dup-pv`: each of the latent logits' (P @ V's) warpgroup MMAs issued twice on the same operands
+  (no more loads or conversions): what the MMAs themselves cost.
 Timed in one process against the unpatched copy (`base`), CUDA-graph replays of decode_probe's cases (16 heads,
 one token, FP8, one worker per SM). The patched copies' outputs are garbage and not checked: these are bounds,
 not kernels.
@@ -131,12 +133,22 @@ def _source(name: str) -> str:
         patch.sub(ROPE_RS, ROPE_SS)
     if name in ("logits-4acc", "4acc-rope-ss"):
         patch.sub(LOGITS_CHAIN, LOGITS_4ACC)
+    if name == "dup-logits":
+        for k in (1, 2, 3):
+            call = f"                    s_lat = warpgroup_mma(a_{k}, q16_s.index({k} + dyn).permute((1, 0)), s_lat, is_async=True)\n"
+            patch.sub(call, call + call)
+        first = "                    a_1 = _k_operand(raw_s.index(4 * pr + 1).load(_k_words()))\n"
+        patch.sub(first, "                    s_lat = warpgroup_mma(a_0, q16_s.index(dyn).permute((1, 0)), s_lat, is_async=True)\n" + first)
+    if name == "dup-pv":
+        for k in range(4):
+            call = f"                    o{k} = warpgroup_mma(v{k}, pt, o{k}, is_async=True)\n"
+            patch.sub(call, call + call)
     if name == "loader-only":
         patch.sub(BLOCK_LOOP, PASS_LOOP)
     return patch.src
 
 
-VARIANTS = ["base", "fake-cvt-logits", "fake-cvt-pv", "fake-cvt", "no-logits", "no-pv", "loader-only", "logits-4acc", "rope-ss", "4acc-rope-ss"]
+VARIANTS = ["base", "fake-cvt-logits", "fake-cvt-pv", "fake-cvt", "no-logits", "no-pv", "loader-only", "logits-4acc", "rope-ss", "4acc-rope-ss", "dup-logits", "dup-pv"]
 
 
 def main() -> None:
