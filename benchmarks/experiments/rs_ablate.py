@@ -12,7 +12,10 @@ work out of patched copies of the kernel:
 - `rope-ss` (a candidate): the rope's logits MMA reads its operand from shared memory (no register copy);
   `4acc-rope-ss`: both;
 - `dup-logits` / `dup-pv`: each of the latent logits' (P @ V's) warpgroup MMAs issued twice on the same operands
-  (no more loads or conversions): what the MMAs themselves cost.
+  (no more loads or conversions): what the MMAs themselves cost;
+- `v-early` (a candidate): P @ V's operand words loaded right after the logits, before the softmax (their
+  latency behind it); `k-early`: the logits' four chunks' words loaded before any is converted; `kv-early`:
+  both.
 Timed in one process against the unpatched copy (`base`), CUDA-graph replays of decode_probe's cases (16 heads,
 one token, FP8, one worker per SM). The patched copies' outputs are garbage and not checked: these are bounds,
 not kernels.
@@ -143,12 +146,24 @@ def _source(name: str) -> str:
         for k in range(4):
             call = f"                    o{k} = warpgroup_mma(v{k}, pt, o{k}, is_async=True)\n"
             patch.sub(call, call + call)
+    if name in ("v-early", "kv-early"):
+        patch.sub("                    s = s_lat * sc[:, None] * qk_lat[None, :] + s_rope * qk_scale\n",
+                  "".join(f"                    vw{k} = raw_s.index(4 * pr + {k}).load(_v_words())\n" for k in range(4))
+                  + "                    s = s_lat * sc[:, None] * qk_lat[None, :] + s_rope * qk_scale\n")
+        for k in range(4):
+            patch.sub(f"_v_operand(raw_s.index(4 * pr + {k}).load(_v_words()), v_ok)", f"_v_operand(vw{k}, v_ok)")
+    if name in ("k-early", "kv-early"):
+        first = "                    a_rope = rope_pairs.index(pr).load(_dot_a())\n"
+        patch.sub(first, "".join(f"                    kw{k} = raw_s.index(4 * pr + {k}).load(_k_words())\n"
+                                 for k in range(4)) + first)
+        for k in range(4):
+            patch.sub(f"_k_operand(raw_s.index(4 * pr + {k}).load(_k_words()))", f"_k_operand(kw{k})")
     if name == "loader-only":
         patch.sub(BLOCK_LOOP, PASS_LOOP)
     return patch.src
 
 
-VARIANTS = ["base", "fake-cvt-logits", "fake-cvt-pv", "fake-cvt", "no-logits", "no-pv", "loader-only", "logits-4acc", "rope-ss", "4acc-rope-ss", "dup-logits", "dup-pv"]
+VARIANTS = ["base", "fake-cvt-logits", "fake-cvt-pv", "fake-cvt", "no-logits", "no-pv", "loader-only", "logits-4acc", "rope-ss", "4acc-rope-ss", "dup-logits", "dup-pv", "v-early", "k-early", "kv-early"]
 
 
 def main() -> None:
