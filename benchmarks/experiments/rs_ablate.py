@@ -15,7 +15,10 @@ work out of patched copies of the kernel:
   (no more loads or conversions): what the MMAs themselves cost;
 - `v-early` (a candidate): P @ V's operand words loaded right after the logits, before the softmax (their
   latency behind it); `k-early`: the logits' four chunks' words loaded before any is converted; `kv-early`:
-  both.
+  both;
+- `hack-6` / `hack-8`: consumer 1 shares consumer 0's fp16 q (both write it at a piece's start: a race) and the
+  merge buffer holds one chunk (the others overwrite it), with 6 / 8 ring slots: whether more slots (bytes in
+  flight) would pay for a kernel that frees the shared memory for them honestly.
 Timed in one process against the unpatched copy (`base`), CUDA-graph replays of decode_probe's cases (16 heads,
 one token, FP8, one worker per SM). The patched copies' outputs are garbage and not checked: these are bounds,
 not kernels.
@@ -158,12 +161,22 @@ def _source(name: str) -> str:
                                  for k in range(4)) + first)
         for k in range(4):
             patch.sub(f"_k_operand(raw_s.index(4 * pr + {k}).load(_k_words()))", f"_k_operand(kw{k})")
+    if name.startswith("hack-"):
+        patch.sub("    q16_b = gl.allocate_shared_memory(gl.float16, [N_CHUNKS, ROWS, CHUNK], _bf16_tile())\n",
+                  "    q16_b = q16_a\n")
+        patch.sub("    qrp_b = gl.allocate_shared_memory(gl.bfloat16, [ROWS, D_ROPE], qr_desc.layout)\n",
+                  "    qrp_b = qrp_a\n")
+        patch.sub("gl.allocate_shared_memory(gl.float32, [N_CHUNKS, CHUNK, ROWS]",
+                  "gl.allocate_shared_memory(gl.float32, [1, CHUNK, ROWS]")
+        for k in (1, 2, 3):
+            patch.sub(f"ox_s.index({k})", "ox_s.index(0)", count=2)
     if name == "loader-only":
         patch.sub(BLOCK_LOOP, PASS_LOOP)
     return patch.src
 
 
-VARIANTS = ["base", "fake-cvt-logits", "fake-cvt-pv", "fake-cvt", "no-logits", "no-pv", "loader-only", "logits-4acc", "rope-ss", "4acc-rope-ss", "dup-logits", "dup-pv", "v-early", "k-early", "kv-early"]
+VARIANTS = ["base", "fake-cvt-logits", "fake-cvt-pv", "fake-cvt", "no-logits", "no-pv", "loader-only", "logits-4acc", "rope-ss", "4acc-rope-ss", "dup-logits", "dup-pv", "v-early", "k-early", "kv-early", "hack-6", "hack-8"]
+SLOTS = {"hack-8": 8}
 
 
 def main() -> None:
@@ -177,6 +190,7 @@ def main() -> None:
                for name in names}
     original = _triton_decode._mla_decode_ws16_rs_kernel
     before = _triton_decode.WS16_KERNEL
+    slots = _triton_decode.WS16_RS_SLOTS
     workers = torch.cuda.get_device_properties(0).multi_processor_count
     _triton_decode.WS16_KERNEL = "registers"
     try:
@@ -187,10 +201,12 @@ def main() -> None:
             for _ in range(args.repeat):
                 for name, kernel in kernels.items():
                     _triton_decode._mla_decode_ws16_rs_kernel = kernel
+                    _triton_decode.WS16_RS_SLOTS = SLOTS.get(name, slots)
                     try:
                         us = _time_graph(case.run(plan, dataclasses.replace(WS16))) * 1e3 / case.copies
                     finally:
                         _triton_decode._mla_decode_ws16_rs_kernel = original
+                        _triton_decode.WS16_RS_SLOTS = slots
                     print(f"B{b} N{n} W{workers} {name}: {us:.1f} us {case.bytes / us / 1e6:.2f} TB/s", flush=True)
     finally:
         _triton_decode.WS16_KERNEL = before
