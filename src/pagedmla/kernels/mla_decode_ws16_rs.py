@@ -156,12 +156,9 @@ def _v_words():
 
 
 @gluon.jit
-def _v_operand(words, ok):
+def _v_operand(words):
     """P @ V's operand V^T `[128 rows, 64 keys]` fp16 from a chunk's words (`_v_words`), rows relabeled (row
-    64 a + 16 w + 8 h + r is dim 32 w + 4 r + 2 a + h). Keys outside the piece (`ok` false, in
-    `SliceLayout(1, _v_words())`) are zeroed: the native conversion keeps an e4m3 NaN a NaN (a poisoned unused
-    slot), and their P of 0 times NaN would be NaN in the MMA."""
-    words = gl.where(ok[:, None], words, 0)
+    64 a + 16 w + 8 h + r is dim 32 w + 4 r + 2 a + h)."""
     ev, od = words.reshape([32, 2, 32]).permute((0, 2, 1)).split()  # keys 2 kp and 2 kp + 1
     d0e, d0o, d1e, d1o, d2e, d2o, d3e, d3o = gl.inline_asm_elementwise(
         E4M3_PAIRS_TO_F16, "=h,=h,=h,=h,=h,=h,=h,=h,r,r", [ev, od], dtype=(gl.float16,) * 8, is_pure=True, pack=1)
@@ -170,6 +167,37 @@ def _v_operand(words, ok):
     t = t.reshape([4, 2, 4, 4, 8, 2, 2, 2])  # (s, hk, tt, w, r, a, h, e): kp = 8 s + 4 hk + tt, word = 8 w + r
     t = gl.permute(t, (5, 3, 6, 4, 0, 1, 2, 7))  # rows (a, w, h, r), keys (s, hk, tt, e)
     return gl.convert_layout(t.reshape([128, 64]), _dot_a())
+
+
+@gluon.jit
+def _chunk_v_words(raw_s, box, k0, lo, hi, EDGE: gl.constexpr):
+    """A latent chunk's words as P @ V loads them (`_v_words`); in an EDGE block (one with keys outside the
+    piece's [lo, hi)) those keys' words zeroed: the native conversion keeps an e4m3 NaN a NaN (a poisoned unused
+    slot), and their P of 0 times NaN would be NaN in the MMA. Interior blocks skip the compares and selects
+    (about a hundred instructions a block and thread)."""
+    words = raw_s.index(box).load(_v_words())
+    if EDGE:
+        key = k0 + gl.arange(0, BLOCK_N, gl.SliceLayout(1, _v_words()))
+        words = gl.where(((key >= lo) & (key < hi))[:, None], words, 0)
+    return words
+
+
+@gluon.jit
+def _p_at_v(raw_s, pr, pt, o0, o1, o2, o3, k0, lo, hi, EDGE: gl.constexpr):
+    """O^T += V^T P^T over a block's four latent chunks (ring slot pair pr), each chunk's operand built while
+    the previous chunk's MMA runs."""
+    v0 = _v_operand(_chunk_v_words(raw_s, 4 * pr + 0, k0, lo, hi, EDGE))
+    o0 = warpgroup_mma(v0, pt, o0, is_async=True)
+    v1 = _v_operand(_chunk_v_words(raw_s, 4 * pr + 1, k0, lo, hi, EDGE))
+    o1 = warpgroup_mma(v1, pt, o1, is_async=True)
+    o0, v0 = warpgroup_mma_wait(num_outstanding=1, deps=(o0, v0))
+    v2 = _v_operand(_chunk_v_words(raw_s, 4 * pr + 2, k0, lo, hi, EDGE))
+    o2 = warpgroup_mma(v2, pt, o2, is_async=True)
+    o1, v1 = warpgroup_mma_wait(num_outstanding=1, deps=(o1, v1))
+    v3 = _v_operand(_chunk_v_words(raw_s, 4 * pr + 3, k0, lo, hi, EDGE))
+    o3 = warpgroup_mma(v3, pt, o3, is_async=True)
+    o2, o3, v2, v3 = warpgroup_mma_wait(num_outstanding=0, deps=(o2, o3, v2, v3))
+    return o0, o1, o2, o3
 
 
 @gluon.jit
@@ -307,19 +335,10 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, scm_s, ox_
                         gl.thread_barrier()
                     l_cols = l_cols + p
                     pt = p_s.permute((1, 0))
-                    v_key = k0 + gl.arange(0, BLOCK_N, gl.SliceLayout(1, _v_words()))
-                    v_ok = (v_key >= lo) & (v_key < hi)
-                    v0 = _v_operand(raw_s.index(4 * pr + 0).load(_v_words()), v_ok)
-                    o0 = warpgroup_mma(v0, pt, o0, is_async=True)
-                    v1 = _v_operand(raw_s.index(4 * pr + 1).load(_v_words()), v_ok)
-                    o1 = warpgroup_mma(v1, pt, o1, is_async=True)
-                    o0, v0 = warpgroup_mma_wait(num_outstanding=1, deps=(o0, v0))
-                    v2 = _v_operand(raw_s.index(4 * pr + 2).load(_v_words()), v_ok)
-                    o2 = warpgroup_mma(v2, pt, o2, is_async=True)
-                    o1, v1 = warpgroup_mma_wait(num_outstanding=1, deps=(o1, v1))
-                    v3 = _v_operand(raw_s.index(4 * pr + 3).load(_v_words()), v_ok)
-                    o3 = warpgroup_mma(v3, pt, o3, is_async=True)
-                    o2, o3, v2, v3 = warpgroup_mma_wait(num_outstanding=0, deps=(o2, o3, v2, v3))
+                    if (k0 < lo) | (k0 + BLOCK_N > hi):
+                        o0, o1, o2, o3 = _p_at_v(raw_s, pr, pt, o0, o1, o2, o3, k0, lo, hi, True)
+                    else:
+                        o0, o1, o2, o3 = _p_at_v(raw_s, pr, pt, o0, o1, o2, o3, k0, lo, hi, False)
                     fence_async_shared()
                     gl.thread_barrier()
                     mbarrier.arrive(k_empty.index((2 * c) % SLOTS))
