@@ -13,9 +13,11 @@ work out of patched copies of the kernel:
   `4acc-rope-ss`: both;
 - `dup-logits` / `dup-pv`: each of the latent logits' (P @ V's) warpgroup MMAs issued twice on the same operands
   (no more loads or conversions): what the MMAs themselves cost;
-- `v-early` (a candidate): P @ V's operand words loaded right after the logits, before the softmax (their
-  latency behind it); `k-early`: the logits' four chunks' words loaded before any is converted; `kv-early`:
-  both;
+- `k-early` (a candidate): the logits' four chunks' words loaded before any is converted (`v-early` and
+  `kv-early`, P @ V's words loaded before the softmax, were measured at 0d38640, before P @ V moved into
+  `_p_at_v`: benchmarks/results/session-23/rs-ablate-0d38640.txt);
+- `no-scm`: no per-block maximum of the keys' scales (the P range check's `f` stays at g: never a redo for
+  scales); `static-q`: the logits' q chunks indexed statically (no `opaque_zero`);
 - `hack-6` / `hack-8`: consumer 1 shares consumer 0's fp16 q (both write it at a piece's start: a race) and the
   merge buffer holds one chunk (the others overwrite it), with 6 / 8 ring slots: whether more slots (bytes in
   flight) would pay for a kernel that frees the shared memory for them honestly.
@@ -68,8 +70,8 @@ ZERO_LOGITS = """                    s_rope = gl.zeros([BLOCK_N, ROWS], gl.float
                     s_lat = gl.zeros([BLOCK_N, ROWS], gl.float32, layout) + dyn
                     sc = sc_pairs.index(pr).load(key_l)
 """
-PV_FIRST = "                    v0 = _v_operand("
-PV_WAIT = "                    o2, o3, v2, v3 = warpgroup_mma_wait(num_outstanding=0, deps=(o2, o3, v2, v3))\n"
+PV_FIRST = "                    if (k0 < lo) | (k0 + BLOCK_N > hi):\n"
+PV_WAIT = "o0, o1, o2, o3 = _p_at_v(raw_s, pr, pt, o0, o1, o2, o3, k0, lo, hi, False)\n"
 BLOCK_LOOP = "                for i in range((c0 + WG) % 2, n_blocks, 2):\n"
 LOGITS_CHAIN = """                    s_lat = warpgroup_mma(a_0, q16_s.index(dyn).permute((1, 0)),
                                           gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False, is_async=True)
@@ -149,18 +151,20 @@ def _source(name: str) -> str:
         for k in range(4):
             call = f"                    o{k} = warpgroup_mma(v{k}, pt, o{k}, is_async=True)\n"
             patch.sub(call, call + call)
-    if name in ("v-early", "kv-early"):
-        patch.sub("                    s = s_lat * sc[:, None] * qk_lat[None, :] + s_rope * qk_scale\n",
-                  "".join(f"                    vw{k} = raw_s.index(4 * pr + {k}).load(_v_words())\n" for k in range(4))
-                  + "                    s = s_lat * sc[:, None] * qk_lat[None, :] + s_rope * qk_scale\n")
-        for k in range(4):
-            patch.sub(f"_v_operand(raw_s.index(4 * pr + {k}).load(_v_words()), v_ok)", f"_v_operand(vw{k}, v_ok)")
-    if name in ("k-early", "kv-early"):
+    if name == "k-early":
         first = "                    a_rope = rope_pairs.index(pr).load(_dot_a())\n"
         patch.sub(first, "".join(f"                    kw{k} = raw_s.index(4 * pr + {k}).load(_k_words())\n"
                                  for k in range(4)) + first)
         for k in range(4):
             patch.sub(f"_k_operand(raw_s.index(4 * pr + {k}).load(_k_words()))", f"_k_operand(kw{k})")
+    if name == "no-scm":
+        patch.sub("""                    sc_abs = gl.reshape(gl.abs(sc), [4, 16])
+                    scm_s.index(rb).store(gl.zeros_like(sc_abs) + gl.max(sc_abs, axis=1)[:, None])
+""", "")
+        patch.sub("                    f = _pow2_below(gl.convert_layout(gl.max(scm_s.index(rb).load(_red_layout()), axis=0), col_l))\n",
+                  "                    f = g_i\n")
+    if name == "static-q":
+        patch.sub("                    dyn = opaque_zero(c)\n", "                    dyn = 0\n")
     if name.startswith("hack-"):
         patch.sub("    q16_b = gl.allocate_shared_memory(gl.float16, [N_CHUNKS, ROWS, CHUNK], _bf16_tile())\n",
                   "    q16_b = q16_a\n")
@@ -175,7 +179,7 @@ def _source(name: str) -> str:
     return patch.src
 
 
-VARIANTS = ["base", "fake-cvt-logits", "fake-cvt-pv", "fake-cvt", "no-logits", "no-pv", "loader-only", "logits-4acc", "rope-ss", "4acc-rope-ss", "dup-logits", "dup-pv", "v-early", "k-early", "kv-early", "hack-6", "hack-8"]
+VARIANTS = ["base", "fake-cvt-logits", "fake-cvt-pv", "fake-cvt", "no-logits", "no-pv", "loader-only", "logits-4acc", "rope-ss", "4acc-rope-ss", "dup-logits", "dup-pv", "k-early", "hack-6", "hack-8", "no-scm", "static-q"]
 SLOTS = {"hack-8": 8}
 
 
