@@ -31,8 +31,10 @@ conversions in between; checked in the SASS by `benchmarks/experiments/rs_operan
 - P @ V: a thread loads one 4-byte word of each of its four keys per 16-key step and pairs keys 2kp, 2kp + 1
   byte by byte; row m = 64 a + 16 w + 8 h + r of an output chunk is dim 32 w + 4 r + 2 a + h
   (`mla_decode_ws16._store_chunk` undoes it);
-- P^T is stored as fp16 p * scale / g, g a power of two near the piece's largest key scale, raised with O
-  rescaled when a block's scales pass 16 g.
+- P^T is stored as fp16 p * scale = 2^(s + log2 |scale| - m) (signed), the running maximum m taken over
+  s + log2 |scale|: P stays below 2^8 whatever the scales, with no check of its own (the twenty-second
+  session's kernel kept a power of two g per piece and checked each block's largest scale against it: 6-7% of
+  the time, BENCHMARKS.md, twenty-third session); l sums 2^(s - m).
 
 Ordering across proxies: each consumer reads a ring slot with ordinary loads and the loader's next TMA copy
 writes it through the async proxy, so the consumer fences the async proxy and synchronizes its warps before it
@@ -215,28 +217,13 @@ def _q_scale(q_s, col_l: gl.constexpr):
     return gl.convert_layout(up, col_l), gl.convert_layout(down, col_l)
 
 
-@gluon.jit
-def _pow2_below(x):
-    """2^floor(log2 x) of float32 values x (2^-126 for 0 or a subnormal: a block of zero scales must not raise
-    g, which never comes down within a piece)."""
-    p = (x.to(gl.int32, bitcast=True) & 0x7F800000).to(gl.float32, bitcast=True)
-    return gl.where(p == 0.0, 1.1754943508222875e-38, p)
-
-
-@gluon.jit
-def _store_p(p_s, p, sc, g_i):
-    # g_i is 0 before a piece's first block, whose P the redo path stores again (a finite value here all the same)
-    v = p * sc[:, None] * (1.0 / gl.maximum(g_i, 1.1754943508222875e-38))[None, :]
-    p_s.store(gl.permute(v.to(gl.float16), (1, 0)))
-
-
 @gluon.constexpr_function
 def _vector_smem():
     return gl.SwizzledSharedLayout(1, 1, 1, [0])
 
 
 @gluon.jit
-def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, scm_s, ox_s, stat_s, q_ready, q_empty, k_ready,
+def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat_s, q_ready, q_empty, k_ready,
               k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr,
               lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t,
               stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr,
@@ -260,7 +247,6 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, scm_s, ox_
         other_has = (n_blocks >= 2) | ((n_blocks == 1) & (c0 % 2 == 1))
         if active:
             m_i = gl.full([ROWS], float("-inf"), gl.float32, col_l)
-            g_i = gl.zeros([ROWS], gl.float32, col_l)
             l_cols = gl.zeros([BLOCK_N, ROWS], gl.float32, layout)
             o0 = gl.zeros([CHUNK, ROWS], gl.float32, acc2)
             o1 = gl.zeros([CHUNK, ROWS], gl.float32, acc2)
@@ -306,34 +292,34 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, scm_s, ox_
                     if (k0 < lo_max) | (k0 + BLOCK_N > hi_min):
                         j = k0 + gl.arange(0, BLOCK_N, key_l)
                         s = gl.where((j[:, None] >= lo_r[None, :]) & (j[:, None] < hi_r[None, :]), s, float("-inf"))
-                    red_s.index(rb).store(gl.max(gl.reshape(s, [4, 16, ROWS]), axis=1))
-                    sc_abs = gl.reshape(gl.abs(sc), [4, 16])
-                    scm_s.index(rb).store(gl.zeros_like(sc_abs) + gl.max(sc_abs, axis=1)[:, None])
-                    p = gl.exp2(s - _no_inf(m_i)[None, :])
-                    _store_p(p_s, p, sc, g_i)
+                    # P carries the keys' scales (V is the raw e4m3): P = p sc = 2^(s + log2 |sc| - m) sgn(sc), so
+                    # the running maximum m is kept over s + log2 |sc|, which bounds P below 2^RESCALE_LOG2 in
+                    # fp16 whatever the scales; l sums p = 2^(s - m). A zero scale (a key outside the piece, whose
+                    # scale the loader zero-fills) gives P = 0.
+                    s_p = s + gl.log2(gl.abs(sc))[:, None]
+                    sgn = gl.where(sc < 0.0, -1.0, 1.0)[:, None]
+                    red_s.index(rb).store(gl.max(gl.reshape(s_p, [4, 16, ROWS]), axis=1))
+                    p_s.store(gl.permute((gl.exp2(s_p - _no_inf(m_i)[None, :]) * sgn).to(gl.float16), (1, 0)))
                     fence_async_shared()
                     gl.thread_barrier()
                     blk_max = gl.convert_layout(gl.max(red_s.index(rb).load(_red_layout()), axis=0), col_l)
-                    f = _pow2_below(gl.convert_layout(gl.max(scm_s.index(rb).load(_red_layout()), axis=0), col_l))
-                    redo = (blk_max > m_i + RESCALE_LOG2) | (f > 16.0 * g_i)
+                    redo = blk_max > m_i + RESCALE_LOG2
                     if gl.max(redo.to(gl.int32), axis=0) > 0:
+                        # P of a piece's first block (m = -inf) is stored again here
                         m_new = gl.maximum(m_i, blk_max)
                         m_safe = _no_inf(m_new)
                         alpha = gl.exp2(m_i - m_safe)
-                        p = gl.exp2(s - m_safe[None, :])
                         l_cols = l_cols * alpha[None, :]
-                        g_new = gl.maximum(g_i, f)
-                        alpha_o = gl.convert_layout(alpha * (g_i / g_new), ocol_l)
+                        alpha_o = gl.convert_layout(alpha, ocol_l)
                         o0 = o0 * alpha_o[None, :]
                         o1 = o1 * alpha_o[None, :]
                         o2 = o2 * alpha_o[None, :]
                         o3 = o3 * alpha_o[None, :]
                         m_i = m_new
-                        g_i = g_new
-                        _store_p(p_s, p, sc, g_i)
+                        p_s.store(gl.permute((gl.exp2(s_p - m_safe[None, :]) * sgn).to(gl.float16), (1, 0)))
                         fence_async_shared()
                         gl.thread_barrier()
-                    l_cols = l_cols + p
+                    l_cols = l_cols + gl.exp2(s - _no_inf(m_i)[None, :])
                     pt = p_s.permute((1, 0))
                     if (k0 < lo) | (k0 + BLOCK_N > hi):
                         o0, o1, o2, o3 = _p_at_v(raw_s, pr, pt, o0, o1, o2, o3, k0, lo, hi, True)
@@ -346,11 +332,10 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, scm_s, ox_
             l_i = gl.sum(l_cols, axis=0)
             if WG == 1:
                 if other_has:
-                    # hand (m, l, g, O) to consumer 0 once it has read the previous piece's
+                    # hand (m, l, O) to consumer 0 once it has read the previous piece's
                     mbarrier.wait(merge_empty, (merges & 1) ^ 1)
                     stat_s.index(0).store(m_i)
                     stat_s.index(1).store(l_i)
-                    stat_s.index(2).store(g_i)
                     ox_s.index(0).store(o0)
                     ox_s.index(1).store(o1)
                     ox_s.index(2).store(o2)
@@ -359,27 +344,25 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, scm_s, ox_
                     mbarrier.arrive(merge_full)
                     merges += 1
             else:
-                # O in true units (P was stored divided by g), merged with consumer 1's
+                # O merged with consumer 1's
                 m_x = gl.full([ROWS], float("-inf"), gl.float32, col_l)
                 l_x = gl.zeros([ROWS], gl.float32, col_l)
-                g_x = gl.zeros([ROWS], gl.float32, col_l)
                 if other_has:
                     mbarrier.wait(merge_full, merges & 1)
                     m_x = stat_s.index(0).load(col_l)
                     l_x = stat_s.index(1).load(col_l)
-                    g_x = stat_s.index(2).load(col_l)
                 m = gl.maximum(m_i, m_x)
                 m_use = _no_inf(m)
                 a_own = gl.exp2(m_i - m_use)
                 a_x = gl.exp2(m_x - m_use)
                 l_i = l_i * a_own + l_x * a_x
-                f_own = gl.convert_layout(a_own * g_i, ocol_l)
+                f_own = gl.convert_layout(a_own, ocol_l)
                 o0 = o0 * f_own[None, :]
                 o1 = o1 * f_own[None, :]
                 o2 = o2 * f_own[None, :]
                 o3 = o3 * f_own[None, :]
                 if other_has:
-                    f_x = gl.convert_layout(a_x * g_x, ocol_l)
+                    f_x = gl.convert_layout(a_x, ocol_l)
                     o0 = o0 + ox_s.index(0).load(acc2) * f_x[None, :]
                     o1 = o1 + ox_s.index(1).load(acc2) * f_x[None, :]
                     o2 = o2 + ox_s.index(2).load(acc2) * f_x[None, :]
@@ -420,10 +403,8 @@ def _mla_decode_ws16_rs_kernel(
     p_b = gl.allocate_shared_memory(gl.float16, [ROWS, BLOCK_N], _bf16_tile())
     red_a = gl.allocate_shared_memory(gl.float32, [2, 4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     red_b = gl.allocate_shared_memory(gl.float32, [2, 4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    scm_a = gl.allocate_shared_memory(gl.float32, [2, 4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    scm_b = gl.allocate_shared_memory(gl.float32, [2, 4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     ox_s = gl.allocate_shared_memory(gl.float32, [N_CHUNKS, CHUNK, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    stat_s = gl.allocate_shared_memory(gl.float32, [3, ROWS], _vector_smem())
+    stat_s = gl.allocate_shared_memory(gl.float32, [2, ROWS], _vector_smem())
     k_ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
     qb = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
@@ -441,12 +422,12 @@ def _mla_decode_ws16_rs_kernel(
     fence_async_shared()
 
     gl.warp_specialize([
-        (_consumer, (q_s, qr_s, q16_a, qrp_a, raw_s, rr_s, sc_s, p_a, red_a, scm_a, ox_s, stat_s, q_ready, q_empty,
+        (_consumer, (q_s, qr_s, q16_a, qrp_a, raw_s, rr_s, sc_s, p_a, red_a, ox_s, stat_s, q_ready, q_empty,
                      k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr,
                      sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window,
                      qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r,
                      stride_pl_s, HAS_SINK, SLOTS, 0)),
-        (_consumer, (q_s, qr_s, q16_b, qrp_b, raw_s, rr_s, sc_s, p_b, red_b, scm_b, ox_s, stat_s, q_ready, q_empty,
+        (_consumer, (q_s, qr_s, q16_b, qrp_b, raw_s, rr_s, sc_s, p_b, red_b, ox_s, stat_s, q_ready, q_empty,
                      k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr,
                      sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window,
                      qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r,
