@@ -221,7 +221,7 @@ def test_plan_decides_long_pieces_and_the_op_passes_it_on(monkeypatch):
     pb, _ = batch([12, 40], [2, 1], seed=29)
     plan = pm.mla_decode_plan(pb.input_row_offsets, pb.kv, num_heads=4, num_partitions=3, backend="triton")
     assert plan.long_pieces is False
-    # one worker, 24 blocks of 64 keys: long (configs.decode.WS16_RS_MIN_BLOCKS)
+    # one worker, 24 blocks of 64 keys: long (configs.decode.WS16_RS_MIN_BLOCKS: 12)
     long_pb, long_q = batch([24 * 64 - 1], [1], seed=5)
     long_plan = pm.mla_decode_plan(long_pb.input_row_offsets, long_pb.kv, num_heads=4, num_partitions=1,
                                    backend="triton")
@@ -234,7 +234,7 @@ def test_plan_decides_long_pieces_and_the_op_passes_it_on(monkeypatch):
                                    backend="triton")
     pm.mla_decode_kv_cache_ragged(long_q, long_pb.input_row_offsets, long_pb.kv, 1, SCALE, plan=long_plan,
                                   qk_rope_head_dim=ROPE, backend="triton")
-    # the same step on three workers: 24 blocks over three pieces are short
+    # the same step on three workers: 24 blocks over three pieces (8 each) are short
     split_plan = pm.mla_decode_plan(long_pb.input_row_offsets, long_pb.kv, num_heads=4, num_partitions=3,
                                     backend="triton")
     pm.mla_decode_kv_cache_ragged(long_q, long_pb.input_row_offsets, long_pb.kv, 1, SCALE, plan=split_plan,
@@ -250,7 +250,8 @@ def test_ws16_kernel_choice(monkeypatch):
     ValueError."""
     long = _triton_decode.pieces_are_long
     assert long(64, 4096, 132) and long(128, 4096, 132)
-    assert not long(32, 4096, 132) and not long(8, 16384, 132) and not long(256, 1024, 132)
+    assert long(32, 4096, 132) and long(8, 16384, 132) and long(256, 1024, 132)
+    assert not long(64, 1024, 132) and not long(16, 4096, 132)
     assert not long(1, 16384, 132) and not long(64, 0, 132)
     use = _triton_decode.ws16_use_registers
     monkeypatch.setattr(_triton_decode, "WS16_KERNEL", None)

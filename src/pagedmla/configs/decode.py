@@ -137,11 +137,12 @@ WS16 = DecodeConfig(block_m=16, block_n=64, num_warps=4, num_stages=1, ws16=True
 # ring, B16 N4096 36.3 against 36.9.
 # 64-key blocks per piece (estimated: batch x blocks of the longest sequence over max(workers, batch)) from which
 # a call runs the register-operand 16-row FP8 kernel (`kernels.mla_decode_ws16_rs`) rather than the widen one.
-# H200, 16 heads, one token, 132 workers (benchmarks/results/session-22/, BENCHMARKS.md, twenty-second session),
-# widen -> registers: B64 N4096 (31 blocks) 78.7 -> 72.5 us, B128 N4096 (62) 144.4 -> 122.4; below: B8 N16384
-# (15.5) 44.6 -> 43.8, B32 N4096 (15.5) 44.3 -> 46.0, B256 N1024 (16) 82.4 -> 87.3, B64 N1024 (7.8) 29.4 -> 35.7,
-# B1 N16384 13.6 -> 19.4.
-WS16_RS_MIN_BLOCKS = 24
+# H200, 16 heads, one token, 132 workers (benchmarks/experiments/ws16_kernels.py at be0ae8f,
+# benchmarks/results/session-23/ws16-kernels-be0ae8f.txt; BENCHMARKS.md, twenty-third session), widen ->
+# registers: B64 N4096 (31 blocks) 79.1 -> 66.3 us, B256 N1024 (16) 82.4 -> 73.6, B32 N4096 (15.5) 44.0 ->
+# 42.5, B8 N16384 (15.5) 44.5 -> 40.6; below: B64 N1024 (7.8) 29.0 -> 33.6, B16 N4096 (7.8) 30.1 -> 34.3 (and at
+# 2c32830, one change earlier, B1 N16384 13.6 -> 19.8). 24 until the twenty-third session's two changes.
+WS16_RS_MIN_BLOCKS = 12
 RING_MIN_KEYS = 1 << 18
 # keys per schedule unit of a ring plan: a 64-key unit cut B64 N4096's sequences (64 units plus 2 of fixed
 # cost) into pieces of 15, 17, 16 and 16 blocks at 256 workers; 32-key units into 31, 33, 32 and 32 of 32 keys,

@@ -6,11 +6,12 @@ Why. In `mla_decode_ws16` the widen warps write every block to shared memory as 
 the kernel takes 75-80 us at 16 heads B64 N4096 where its copies alone take 49, bound by the two partitions
 running together (BENCHMARKS.md, twenty-first session). Here nothing is written to shared memory but P: each
 consumer loads the ring's e4m3 bytes itself, widens them with the native conversion (`cvt.rn.f16x2.e4m3x2`,
-exact) and feeds fp16 register-operand warpgroup MMAs. H200, 16 heads, one token (BENCHMARKS.md, twenty-second
-session): graph replays B64 N4096 73 us against 79, B128 N4096 121 against 144 (the harness: 63.6 and 109.0 us,
-bf16 82.3 and 151.5); slower when pieces are short (B1 N16384 19.4 against 13.6, B32 N4096 46.0 against 44.3):
+exact) and feeds fp16 register-operand warpgroup MMAs. H200, 16 heads, one token (BENCHMARKS.md, twenty-third
+session): the harness's B64 N4096 58.7 us and B128 N4096 97.4 (bf16 82.1 and 151.2; the widen kernel about 79 and
+144 in graph replays); slower when pieces are short (B1 N16384 19.8 against 13.6, B64 N1024 33.6 against 29.0):
 each piece starts with q widened to fp16 and ends with a merge of the consumers, and a block's dependency chain
-is long. The plan's `long_pieces` picks it for long pieces only (`ops._triton_decode.ws16_use_registers`).
+is long (the time follows the consumers' instructions: BENCHMARKS.md, twenty-third session, rs_ablate.py).
+The plan's `long_pieces` picks it for long pieces only (`ops._triton_decode.ws16_use_registers`).
 
 Layout of the work, as in `mla_decode_ws16` (S^T = K q^T and O^T = V^T P^T, keys and output columns on the MMAs'
 64-row side, up to 16 query rows on their N side), with three partitions:

@@ -365,8 +365,8 @@ WS16_WIDEN_REGS = 128
 WS16_LOADER_REGS = 48
 
 
-# The register-operand sibling (`kernels.mla_decode_ws16_rs`): its ring slots (6: 219 KB in all; 4 were 10-14%
-# slower), consumer 1's and the loader's registers (consumer 0 gets the rest: 256). H200 (BENCHMARKS.md,
+# The register-operand sibling (`kernels.mla_decode_ws16_rs`): its ring slots (6: 218 KB in all; 4 were 10-14%
+# slower, 8 no faster: BENCHMARKS.md, twenty-third session), consumer 1's and the loader's registers (consumer 0 gets the rest: 256). H200 (BENCHMARKS.md,
 # twenty-second session, benchmarks/results/session-22/time-ws16_pp-5497e6c.txt): 232/24 and 216/40 within 1%.
 WS16_RS_SLOTS = 6
 WS16_RS_CONSUMER_REGS = 232
