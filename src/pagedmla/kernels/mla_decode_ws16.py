@@ -446,12 +446,22 @@ def _store_chunk(ptr, row_off, ch: gl.constexpr, acc, inv, rows_ok, KEEP: gl.con
     `ptr + row_off[n] + column`, in the pointer's dtype. KEEP: partial results, stored with L2 policy evict_last
     (see `mla_sparse_decode_ring._store_rows`). RELABELED (`mla_decode_ws16_rs._v_operand`): chunk row
     m = 64 a + 16 w + 8 h + r holds column 32 w + 4 r + 2 a + h."""
-    layout: gl.constexpr = _acc_layout()
-    m = gl.arange(0, CHUNK, gl.SliceLayout(1, layout))
     if RELABELED:
-        m = 32 * ((m // 16) % 4) + 4 * (m % 8) + 2 * (m // 64) + (m // 8) % 2
-    cols = ch * CHUNK + m
-    val = (acc * inv[None, :]).to(ptr.dtype.element_ty)
+        # the register tensor put in column order ((a, w, h, r) -> (w, r, a, h): no data moves), then through
+        # shared memory into 16 columns a thread, so that the stores are 16-byte vectors along the row (the
+        # accumulator's layout, relabeled, scattered 4-byte stores 16 bytes apart: 3.6 us for a piece's partial at
+        # B64 N4096, BENCHMARKS.md, twenty-third session)
+        layout: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, 4], [0, 1])
+        val = gl.reshape(acc * inv[None, :], [2, 4, 2, 8, ROWS])
+        val = gl.permute(val, (1, 3, 0, 2, 4)).reshape([CHUNK, ROWS])
+        val = gl.convert_layout(val.to(ptr.dtype.element_ty), layout)
+        cols = ch * CHUNK + gl.arange(0, CHUNK, gl.SliceLayout(1, layout))
+        row_off = gl.convert_layout(row_off, gl.SliceLayout(0, layout))
+        rows_ok = gl.convert_layout(rows_ok, gl.SliceLayout(0, layout))
+    else:
+        layout: gl.constexpr = _acc_layout()
+        cols = ch * CHUNK + gl.arange(0, CHUNK, gl.SliceLayout(1, layout))
+        val = (acc * inv[None, :]).to(ptr.dtype.element_ty)
     ptrs = ptr + row_off[None, :] + cols[:, None]
     if KEEP:
         gl.store(ptrs, val, mask=rows_ok[None, :], eviction_policy="evict_last")
