@@ -43,7 +43,7 @@ many short sequences (`benchmarks/experiments/ws16_stress.py` finds it; BENCHMAR
 `ops._triton_decode.WS16_ENABLED` switches the kernel off.
 
 A sibling without the widened copy, `mla_decode_ws16_rs` (register operands), runs instead on long pieces
-(twenty-second session: B64 N4096 63.6 us in the harness); it shares this module's loader and epilogue.
+(twenty-third session: B64 N4096 55.9 us in the harness); it shares this module's loader and epilogue.
 
 Compiled for sm_90 only (warpgroup MMAs, TMA); tested in the gpu tier against the reference.
 Softmax runs in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave the kernel in natural log.

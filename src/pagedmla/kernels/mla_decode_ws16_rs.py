@@ -7,7 +7,7 @@ the kernel takes 75-80 us at 16 heads B64 N4096 where its copies alone take 49, 
 running together (BENCHMARKS.md, twenty-first session). Here nothing is written to shared memory but P: each
 consumer loads the ring's e4m3 bytes itself, widens them with the native conversion (`cvt.rn.f16x2.e4m3x2`,
 exact) and feeds fp16 register-operand warpgroup MMAs. H200, 16 heads, one token (BENCHMARKS.md, twenty-third
-session): the harness's B64 N4096 58.7 us and B128 N4096 97.4 (bf16 82.1 and 151.2; the widen kernel about 79 and
+session): the harness's B64 N4096 55.9 us and B128 N4096 95.8 (bf16 81.7 and 150.9; the widen kernel about 79 and
 144 in graph replays); slower when pieces are short (B1 N16384 19.8 against 13.6, B64 N1024 33.6 against 29.0):
 each piece starts with q widened to fp16 and ends with a merge of the consumers, and a block's dependency chain
 is long (the time follows the consumers' instructions: BENCHMARKS.md, twenty-third session, rs_ablate.py).
