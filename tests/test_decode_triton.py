@@ -1415,6 +1415,39 @@ def test_gpu_ws16_repeated(call_counter, ws16_on):
 @pytest.mark.gpu
 @pytest.mark.parametrize("mask,window", [("causal", -1), ("sliding_window_causal", 300)])
 @pytest.mark.parametrize("parts", [None, 1, 7])
+def test_gpu_ws16_zero_and_negative_scales(mask, window, parts, call_counter, ws16_on):
+    """Keys whose scale is zero, tiny or negative inside the visible range: a whole sequence of zero scales (its
+    latent is zero, its logits the rope's alone), a zero block that consumer 1 sees first and one that consumer 0
+    sees first, a sequence whose first 151 keys have zero scales, a block of negated scales and keys of scale
+    1e-30. The register kernel takes its running maximum over s + log2 |scale| with the logarithm floored (a
+    review found that without the floor, rows whose keys so far all had zero scales lost their weight: a wrong
+    output and an LSE of -inf)."""
+    launches = call_counter(_triton_decode, "_launch_ws16")
+    cache, new = [3000, 700, 64, 1500, 200], [1, 1, 1, 1, 1]
+    pb, q = batch(cache, new, heads=16, head_size=576, page_size=64, dtype=torch.bfloat16, seed=97,
+                  device="cuda")
+    kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64)
+    table = kv.lookup_table.tolist()
+
+    def scale(b, keys, factor):
+        for k in keys:
+            kv.scales[table[b][k // 64], :, :, k % 64] *= factor
+    scale(1, range(701), 0.0)
+    scale(0, range(64, 128), 0.0)
+    scale(0, range(320, 384), -1.0)
+    scale(0, range(1000, 3001, 97), 1e-30)
+    scale(3, range(64), 0.0)
+    scale(4, range(151), 0.0)
+    got, lse = run_launcher(pb, kv, q, WS16, parts=parts, rope=64, mask=mask, window=max(window, 0))
+    want, want_lse = fp8_reference(pb, kv, q.float(), mask=mask, window=window, rope=64)
+    low, low_lse = fp8_lowprec(pb, kv, q.float(), torch.bfloat16, mask=mask, window=window, rope=64)
+    check_fp8_lowprec(got, lse, want, want_lse, low, low_lse)
+    assert launches[0] == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mask,window", [("causal", -1), ("sliding_window_causal", 300)])
+@pytest.mark.parametrize("parts", [None, 1, 7])
 def test_gpu_ws16_rising_logits(mask, window, parts, call_counter, ws16_on):
     """Logits that rise from block to block: one key per 64-key block has its scale multiplied by 1 + j (j its
     block), so each row's maximum keeps climbing (by a few units of log2 per block, in some rows by far more).

@@ -448,9 +448,9 @@ def _store_chunk(ptr, row_off, ch: gl.constexpr, acc, inv, rows_ok, KEEP: gl.con
     m = 64 a + 16 w + 8 h + r holds column 32 w + 4 r + 2 a + h."""
     if RELABELED:
         # the register tensor put in column order ((a, w, h, r) -> (w, r, a, h): no data moves), then through
-        # shared memory into 16 columns a thread, so that the stores are 16-byte vectors along the row (the
-        # accumulator's layout, relabeled, scattered 4-byte stores 16 bytes apart: 3.6 us for a piece's partial at
-        # B64 N4096, BENCHMARKS.md, twenty-third session)
+        # shared memory into four columns of four rows a thread, so that the stores are vectors along the row:
+        # 16 bytes of float32 partials, 8 of bf16 rows (in the accumulator's relabeled layout they were 4-byte
+        # stores 16 bytes apart: 3.6 us for a piece's partial at B64 N4096, BENCHMARKS.md, twenty-third session)
         layout: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, 4], [0, 1])
         val = gl.reshape(acc * inv[None, :], [2, 4, 2, 8, ROWS])
         val = gl.permute(val, (1, 3, 0, 2, 4)).reshape([CHUNK, ROWS])

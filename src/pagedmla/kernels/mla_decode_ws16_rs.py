@@ -21,7 +21,7 @@ Layout of the work, as in `mla_decode_ws16` (S^T = K q^T and O^T = V^T P^T, keys
 - consumers 0 (the default 4 warps) and 1 (4 warps): block c of a worker (counted over its pieces) goes to
   consumer c % 2, in ring slot pair c % (SLOTS / 2); each has its own online softmax (the lazy one of
   `mla_decode_ws16`), its own fp16 copy of q (so q's `q_empty` counts two arrivals) and its own P. At a piece's
-  end consumer 1, if it had a block of the piece, hands (m, l, g, O) to consumer 0 through shared memory
+  end consumer 1, if it had a block of the piece, hands (m, l, O) to consumer 0 through shared memory
   (`merge_full`, `merge_empty`), which merges and writes the rows or the piece's partial.
 
 The operands are built without moving data between the loads and the MMAs (only loads, byte permutes and
@@ -103,6 +103,11 @@ E4M3_PAIRS_TO_F16 = gl.constexpr("""
         mov.b32 {$6, $7}, d;
         }
 """)
+
+
+# log2 |scale| floor of the softmax's running maximum (see the consumer): P = 2^(s + log2 |sc| - m) stays below
+# 2^8 for any scale, and s - m at most 64 + 8 (l, which sums 2^(s - m) in float32, has room to spare)
+MIN_LOG2_SCALE = gl.constexpr(64.0)
 
 
 @gluon.constexpr_function
@@ -296,10 +301,14 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat
                     # P carries the keys' scales (V is the raw e4m3): P = p sc = 2^(s + log2 |sc| - m) sgn(sc), so
                     # the running maximum m is kept over s + log2 |sc|, which bounds P below 2^RESCALE_LOG2 in
                     # fp16 whatever the scales; l sums p = 2^(s - m). A zero scale (a key outside the piece, whose
-                    # scale the loader zero-fills) gives P = 0.
-                    s_p = s + gl.log2(gl.abs(sc))[:, None]
+                    # scale the loader zero-fills, or a zero row) gives P = 0. The maximum floors log2 |sc| at
+                    # -MIN_LOG2_SCALE: a row whose keys so far all have zero scales (finite s) still gets a finite
+                    # m, so that its l keeps its weight in later rescales and in the consumers' merge.
+                    lsc = gl.log2(gl.abs(sc))
+                    s_p = s + lsc[:, None]
+                    s_m = s + gl.maximum(lsc, -MIN_LOG2_SCALE)[:, None]
                     sgn = gl.where(sc < 0.0, -1.0, 1.0)[:, None]
-                    red_s.index(rb).store(gl.max(gl.reshape(s_p, [4, 16, ROWS]), axis=1))
+                    red_s.index(rb).store(gl.max(gl.reshape(s_m, [4, 16, ROWS]), axis=1))
                     p_s.store(gl.permute((gl.exp2(s_p - _no_inf(m_i)[None, :]) * sgn).to(gl.float16), (1, 0)))
                     fence_async_shared()
                     gl.thread_barrier()
