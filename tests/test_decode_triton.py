@@ -1423,25 +1423,9 @@ def test_gpu_ws16_zero_and_negative_scales(mask, window, parts, call_counter, ws
     review found that without the floor, rows whose keys so far all had zero scales lost their weight: a wrong
     output and an LSE of -inf)."""
     launches = call_counter(_triton_decode, "_launch_ws16")
-    cache, new = [3000, 700, 64, 1500, 200], [1, 1, 1, 1, 1]
-    pb, q = batch(cache, new, heads=16, head_size=576, page_size=64, dtype=torch.bfloat16, seed=97,
-                  device="cuda")
-    kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64)
-    table = kv.lookup_table.tolist()
-
-    def scale(b, keys, factor):
-        for k in keys:
-            kv.scales[table[b][k // 64], :, :, k % 64] *= factor
-    scale(1, range(701), 0.0)
-    scale(0, range(64, 128), 0.0)
-    scale(0, range(320, 384), -1.0)
-    scale(0, range(1000, 3001, 97), 1e-30)
-    scale(3, range(64), 0.0)
-    scale(4, range(151), 0.0)
-    got, lse = run_launcher(pb, kv, q, WS16, parts=parts, rope=64, mask=mask, window=max(window, 0))
-    want, want_lse = fp8_reference(pb, kv, q.float(), mask=mask, window=window, rope=64)
-    low, low_lse = fp8_lowprec(pb, kv, q.float(), torch.bfloat16, mask=mask, window=window, rope=64)
-    check_fp8_lowprec(got, lse, want, want_lse, low, low_lse)
+    edits = [(1, range(701), 0.0), (0, range(64, 128), 0.0), (0, range(320, 384), -1.0),
+             (0, range(1000, 3001, 97), 1e-30), (3, range(64), 0.0), (4, range(151), 0.0)]
+    run_ws16_rescaled([3000, 700, 64, 1500, 200], edits, mask, window, parts, seed=97)
     assert launches[0] == 1
 
 
@@ -1455,21 +1439,28 @@ def test_gpu_ws16_rising_logits(mask, window, parts, call_counter, ws16_on):
     more than `mla_decode_ws16.RESCALE_LOG2` above it; here both kinds of block come up many
     times in every sequence, in whole sequences and split ones."""
     launches = call_counter(_triton_decode, "_launch_ws16")
-    cache, new = [3000, 700, 64, 1500, 0], [1, 1, 1, 1, 1]
-    pb, q = batch(cache, new, heads=16, head_size=576, page_size=64, dtype=torch.bfloat16, seed=91,
+    cache = [3000, 700, 64, 1500, 0]
+    edits = [(b, [64 * j + (7 * j) % 64], 1 + j) for b, c in enumerate(cache) for j in range((c + 1) // 64 + 1)
+             if 64 * j + (7 * j) % 64 < c + 1]
+    run_ws16_rescaled(cache, edits, mask, window, parts, seed=91)
+    assert launches[0] == 1
+
+
+def run_ws16_rescaled(cache, edits, mask, window, parts, seed):
+    """The 16-row FP8 decode (`launch_decode` with WS16) of 16 heads, one new token per sequence, over the
+    rope-aware FP8 cache of `cache` keys with some keys' scales multiplied: `edits` holds (sequence, keys,
+    factor); against the reference's math with the kernel's roundings."""
+    pb, q = batch(cache, [1] * len(cache), heads=16, head_size=576, page_size=64, dtype=torch.bfloat16, seed=seed,
                   device="cuda")
     kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64)
     table = kv.lookup_table.tolist()
-    for b, keys in enumerate(c + n for c, n in zip(cache, new)):
-        for j in range(keys // 64 + 1):
-            k = 64 * j + (7 * j) % 64
-            if k < keys:
-                kv.scales[table[b][k // 64], :, :, k % 64] *= 1 + j
+    for b, keys, factor in edits:
+        for k in keys:
+            kv.scales[table[b][k // 64], :, :, k % 64] *= factor
     got, lse = run_launcher(pb, kv, q, WS16, parts=parts, rope=64, mask=mask, window=max(window, 0))
     want, want_lse = fp8_reference(pb, kv, q.float(), mask=mask, window=window, rope=64)
     low, low_lse = fp8_lowprec(pb, kv, q.float(), torch.bfloat16, mask=mask, window=window, rope=64)
     check_fp8_lowprec(got, lse, want, want_lse, low, low_lse)
-    assert launches[0] == 1
 
 
 @pytest.mark.gpu
