@@ -33,7 +33,8 @@ conversions in between; checked in the SASS by `benchmarks/experiments/rs_operan
   byte by byte; row m = 64 a + 16 w + 8 h + r of an output chunk is dim 32 w + 4 r + 2 a + h
   (`mla_decode_ws16._store_chunk` undoes it);
 - P^T is stored as fp16 p * scale = 2^(s + log2 |scale| - m) (signed), the running maximum m taken over
-  s + log2 |scale|: P stays below 2^8 whatever the scales, with no check of its own (the twenty-second
+  s + max(log2 |scale|, -64) (the floor keeps m finite for rows whose keys have zero scales): P stays below 2^8
+  whatever the scales, with no check of its own (the twenty-second
   session's kernel kept a power of two g per piece and checked each block's largest scale against it: 6-7% of
   the time, BENCHMARKS.md, twenty-third session); l sums 2^(s - m).
 
