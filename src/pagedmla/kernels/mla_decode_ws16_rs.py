@@ -34,9 +34,9 @@ conversions in between; checked in the SASS by `benchmarks/experiments/rs_operan
   (`mla_decode_ws16._store_chunk` undoes it);
 - P^T is stored as fp16 p * scale = 2^(s + log2 |scale| - m) (signed), the running maximum m taken over
   s + max(log2 |scale|, -64) (the floor keeps m finite for rows whose keys have zero scales): P stays below 2^8
-  whatever the scales, with no check of its own (the twenty-second
-  session's kernel kept a power of two g per piece and checked each block's largest scale against it: 6-7% of
-  the time, BENCHMARKS.md, twenty-third session); l sums 2^(s - m).
+  whatever the scales, with no check of its own (the twenty-second session's kernel kept a power of two g per
+  piece and checked each block's largest scale against it: 6-7% of the time, BENCHMARKS.md, twenty-third
+  session); l sums 2^(s - m).
 
 Ordering across proxies: each consumer reads a ring slot with ordinary loads and the loader's next TMA copy
 writes it through the async proxy, so the consumer fences the async proxy and synchronizes its warps before it
@@ -224,6 +224,12 @@ def _q_scale(q_s, col_l: gl.constexpr):
     return gl.convert_layout(up, col_l), gl.convert_layout(down, col_l)
 
 
+@gluon.jit
+def _store_p(p_s, s_p, m, sgn):
+    """P^T = 2^(s + log2 |scale| - m) sgn(scale) (`s_p` = s + log2 |scale|, keys x rows) into `p_s` as fp16."""
+    p_s.store(gl.permute((gl.exp2(s_p - m[None, :]) * sgn).to(gl.float16), (1, 0)))
+
+
 @gluon.constexpr_function
 def _vector_smem():
     return gl.SwizzledSharedLayout(1, 1, 1, [0])
@@ -310,7 +316,7 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat
                     s_m = s + gl.maximum(lsc, -MIN_LOG2_SCALE)[:, None]
                     sgn = gl.where(sc < 0.0, -1.0, 1.0)[:, None]
                     red_s.index(rb).store(gl.max(gl.reshape(s_m, [4, 16, ROWS]), axis=1))
-                    p_s.store(gl.permute((gl.exp2(s_p - _no_inf(m_i)[None, :]) * sgn).to(gl.float16), (1, 0)))
+                    _store_p(p_s, s_p, _no_inf(m_i), sgn)
                     fence_async_shared()
                     gl.thread_barrier()
                     blk_max = gl.convert_layout(gl.max(red_s.index(rb).load(_red_layout()), axis=0), col_l)
@@ -327,7 +333,7 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat
                         o2 = o2 * alpha_o[None, :]
                         o3 = o3 * alpha_o[None, :]
                         m_i = m_new
-                        p_s.store(gl.permute((gl.exp2(s_p - m_safe[None, :]) * sgn).to(gl.float16), (1, 0)))
+                        _store_p(p_s, s_p, m_safe, sgn)
                         fence_async_shared()
                         gl.thread_barrier()
                     l_cols = l_cols + gl.exp2(s - _no_inf(m_i)[None, :])
