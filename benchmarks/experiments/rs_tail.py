@@ -1,0 +1,81 @@
+"""What the register-operand 16-row FP8 decode's call costs around the kernel (`kernels.mla_decode_ws16_rs`): the
+combine kernel after it and the launches between the two, at the plan's own workers.
+
+Variants, each a CUDA graph of back-to-back calls (decode_probe's cases: 16 heads, one token, FP8 rope-aware
+cache, causal):
+- `early` on/off: the decode lets the next kernel launch once its programs passed their wait
+  (`_triton_decode.WS16_RS_EARLY_LAUNCH`);
+- combine `shipped`: `_mla_decode_combine_kernel` as it is (waits, then lets the next kernel launch);
+  `first`: a patched copy that lets the next kernel launch before its own wait; `none`: no combine at all (the
+  outputs of split sequences are then wrong: a bound, not a kernel).
+
+    PYTHONPATH=src:benchmarks python3 benchmarks/experiments/rs_tail.py --case 64,4096 --case 128,4096 [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from decode_probe import Case, _time_graph
+from stamped_kernels import SourcePatch, load_patched
+
+from pagedmla.configs.decode import WS16
+from pagedmla.ops import _triton_decode
+
+COMBINE_WAIT = """        gdc_wait()
+        # the next kernel, if launched the same way, may be scheduled (it waits for this one's end)
+        gdc_launch_dependents()
+"""
+COMBINE_FIRST = """        gdc_launch_dependents()
+        gdc_wait()
+"""
+
+
+def _combine_first():
+    import pagedmla.kernels.mla_decode as md
+    patch = SourcePatch(pathlib.Path(md.__file__).read_text())
+    for rel in ("common", "fp8"):
+        patch.sub(f"from .{rel} ", f"from pagedmla.kernels.{rel} ")
+    patch.sub(COMBINE_WAIT, COMBINE_FIRST)
+    return load_patched("rs_tail_combine_first", patch.src)._mla_decode_combine_kernel
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", action="append", default=[], help="B,N (16 heads, one token)")
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    combines = {"shipped": _triton_decode._mla_decode_combine_kernel, "first": _combine_first()}
+    launch_combine = _triton_decode._launch_combine
+    saved = (_triton_decode.WS16_KERNEL, _triton_decode.WS16_RS_EARLY_LAUNCH)
+    _triton_decode.WS16_KERNEL = "registers"
+    variants = [(False, "shipped"), (True, "shipped"), (True, "first"), (False, "first"), (False, "none"),
+                (True, "none")]
+    try:
+        for text in args.case or ["64,4096"]:
+            b, n = (int(x) for x in text.split(","))
+            case = Case(b, n, 16, 1, fp8=True)
+            plan = case.plan()
+            for _ in range(args.repeat):
+                for early, combine in variants:
+                    _triton_decode.WS16_RS_EARLY_LAUNCH = early
+                    if combine == "none":
+                        _triton_decode._launch_combine = lambda *a, **k: None
+                    else:
+                        _triton_decode._mla_decode_combine_kernel = combines[combine]
+                    try:
+                        us = _time_graph(case.run(plan, WS16)) * 1e3 / case.copies
+                    finally:
+                        _triton_decode._launch_combine = launch_combine
+                        _triton_decode._mla_decode_combine_kernel = combines["shipped"]
+                    print(f"B{b} N{n} W{plan.num_partitions} early={int(early)} combine={combine}: {us:.1f} us",
+                          flush=True)
+    finally:
+        _triton_decode.WS16_KERNEL, _triton_decode.WS16_RS_EARLY_LAUNCH = saved
+
+
+if __name__ == "__main__":
+    main()
