@@ -3,11 +3,12 @@ combine kernel after it and the launches between the two, at the plan's own work
 
 Variants, each a CUDA graph of back-to-back calls (decode_probe's cases: 16 heads, one token, FP8 rope-aware
 cache, causal):
-- `early` on/off: the decode lets the next kernel launch once its programs passed their wait
-  (`_triton_decode.WS16_RS_EARLY_LAUNCH`);
 - combine `shipped`: `_mla_decode_combine_kernel` as it is (waits, then lets the next kernel launch);
   `first`: a patched copy that lets the next kernel launch before its own wait; `none`: no combine at all (the
   outputs of split sequences are then wrong: a bound, not a kernel).
+At 5810b42 the script also had the decode let the next kernel launch once its programs passed their wait
+(`griddepcontrol.launch_dependents`, a flag since removed): B64 N4096 58.5 / 58.9 us without it, 60.0 / 60.6
+with it (benchmarks/results/session-24/rs-tail-5810b42.txt).
 
     PYTHONPATH=src:benchmarks python3 benchmarks/experiments/rs_tail.py --case 64,4096 --case 128,4096 [--repeat 2]
 """
@@ -50,18 +51,15 @@ def main() -> None:
     args = parser.parse_args()
     combines = {"shipped": _triton_decode._mla_decode_combine_kernel, "first": _combine_first()}
     launch_combine = _triton_decode._launch_combine
-    saved = (_triton_decode.WS16_KERNEL, _triton_decode.WS16_RS_EARLY_LAUNCH)
+    saved = _triton_decode.WS16_KERNEL
     _triton_decode.WS16_KERNEL = "registers"
-    variants = [(False, "shipped"), (True, "shipped"), (True, "first"), (False, "first"), (False, "none"),
-                (True, "none")]
     try:
         for text in args.case or ["64,4096"]:
             b, n = (int(x) for x in text.split(","))
             case = Case(b, n, 16, 1, fp8=True)
             plan = case.plan()
             for _ in range(args.repeat):
-                for early, combine in variants:
-                    _triton_decode.WS16_RS_EARLY_LAUNCH = early
+                for combine in ("shipped", "first", "none"):
                     if combine == "none":
                         _triton_decode._launch_combine = lambda *a, **k: None
                     else:
@@ -71,10 +69,9 @@ def main() -> None:
                     finally:
                         _triton_decode._launch_combine = launch_combine
                         _triton_decode._mla_decode_combine_kernel = combines["shipped"]
-                    print(f"B{b} N{n} W{plan.num_partitions} early={int(early)} combine={combine}: {us:.1f} us",
-                          flush=True)
+                    print(f"B{b} N{n} W{plan.num_partitions} combine={combine}: {us:.1f} us", flush=True)
     finally:
-        _triton_decode.WS16_KERNEL, _triton_decode.WS16_RS_EARLY_LAUNCH = saved
+        _triton_decode.WS16_KERNEL = saved
 
 
 if __name__ == "__main__":

@@ -38,15 +38,6 @@ def wait_for_prior_grid(i):
 
 
 @gluon.jit
-def allow_dependent_launch(i):
-    """Let the next kernel, when it is launched as a programmatic dependent, be scheduled before this one ends
-    (it still waits for this kernel's end and writes in its own `wait_for_prior_grid`): its programs then start on
-    SMs this grid leaves idle, and its launch leaves the critical path. `i`: any int32 scalar."""
-    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; mov.b32 $0, $1;", "=r,r", [i], dtype=gl.int32,
-                              is_pure=False, pack=1)
-
-
-@gluon.jit
 def visible_range(q_pos, num_keys, mask_code, window):
     """Visible keys `[lo, hi)` of queries at absolute positions `q_pos` (a scalar or a vector) among `num_keys`
     keys, per `pagedmla.masks` (`pagedmla.kernels.common.visible_range` in Triton); both grow with q_pos."""

@@ -55,7 +55,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .gluon_common import D_ROPE, allow_dependent_launch, opaque_zero, wait_for_prior_grid
+from .gluon_common import D_ROPE, opaque_zero, wait_for_prior_grid
 from .mla_decode_ws import _no_inf, _piece
 from .mla_decode_ws16 import (
     BLOCK_N,
@@ -240,7 +240,7 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat
               k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr,
               lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t,
               stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr,
-              SLOTS: gl.constexpr, EARLY_LAUNCH: gl.constexpr, WG: gl.constexpr):
+              SLOTS: gl.constexpr, WG: gl.constexpr):
     layout: gl.constexpr = _acc_layout()
     col_l: gl.constexpr = gl.SliceLayout(0, layout)
     key_l: gl.constexpr = gl.SliceLayout(1, layout)
@@ -249,8 +249,6 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat
     rope_pairs = rr_s._reinterpret(gl.bfloat16, [SLOTS // 2, BLOCK_N, D_ROPE], _bf16_tile())
     sc_pairs = sc_s._reinterpret(gl.float32, [SLOTS // 2, BLOCK_N], sc_s.layout)
     wait_for_prior_grid(w)
-    if EARLY_LAUNCH and WG == 0:
-        allow_dependent_launch(w)
     first_seq, last_seq = _span(schedule_ptr, w, batch)
     c0 = 0  # blocks of the worker's earlier pieces
     pieces = 0
@@ -403,12 +401,10 @@ def _mla_decode_ws16_rs_kernel(
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
     stride_s_b, stride_s_s,
     HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
-    EARLY_LAUNCH: gl.constexpr,
 ):
     """`mla_decode_ws16`'s kernel's arguments (`ops._triton_decode._launch_ws16` launches both), the ring boxes
     `[32, 32]` int32 swizzled by 128 bytes (`_sw128_i32`); CONSUMER_REGS: consumer 1's registers (consumer 0
-    gets what the other two partitions leave); EARLY_LAUNCH: each program allows the next kernel's launch once it
-    passed its wait (`allow_dependent_launch`)."""
+    gets what the other two partitions leave)."""
     gl.static_assert(SLOTS % 2 == 0, "the ring needs an even number of slots")
     w = gl.program_id(0)
     q_s = gl.allocate_shared_memory(gl.bfloat16, [N_CHUNKS, ROWS, CHUNK], q_desc.layout)
@@ -447,12 +443,12 @@ def _mla_decode_ws16_rs_kernel(
                      k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr,
                      sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window,
                      qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r,
-                     stride_pl_s, HAS_SINK, SLOTS, EARLY_LAUNCH, 0)),
+                     stride_pl_s, HAS_SINK, SLOTS, 0)),
         (_consumer, (q_s, qr_s, q16_b, qrp_b, raw_s, rr_s, sc_s, p_b, red_b, ox_s, stat_s, q_ready, q_empty,
                      k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr,
                      sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window,
                      qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r,
-                     stride_pl_s, HAS_SINK, SLOTS, EARLY_LAUNCH, 1)),
+                     stride_pl_s, HAS_SINK, SLOTS, 1)),
         (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
                    k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch,
                    num_heads, mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b,

@@ -371,9 +371,6 @@ WS16_LOADER_REGS = 48
 WS16_RS_SLOTS = 6
 WS16_RS_CONSUMER_REGS = 232
 WS16_RS_LOADER_REGS = 24
-# The register kernel lets the next kernel (the combine, or the next layer's decode) launch as soon as all its
-# programs have started, when the calls are programmatic dependents (`programmatic_launch`).
-WS16_RS_EARLY_LAUNCH = True
 # Which 16-row FP8 kernel a call runs: None picks by the plan's `long_pieces`; "widen" or "registers" forces
 # one (the tests run every ws16 case on both).
 WS16_KERNEL: str | None = None
@@ -418,8 +415,7 @@ def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         lat_desc = GluonTensorDescriptor.from_tensor(rows32, [32, 32], ring)
         rope_desc = GluonTensorDescriptor.from_tensor(rows32, [32, 32], ring)
         kernel = _mla_decode_ws16_rs_kernel
-        consts = dict(SLOTS=WS16_RS_SLOTS, CONSUMER_REGS=WS16_RS_CONSUMER_REGS, LOADER_REGS=WS16_RS_LOADER_REGS,
-                      EARLY_LAUNCH=WS16_RS_EARLY_LAUNCH and pdl)
+        consts = dict(SLOTS=WS16_RS_SLOTS, CONSUMER_REGS=WS16_RS_CONSUMER_REGS, LOADER_REGS=WS16_RS_LOADER_REGS)
     else:
         lat_desc = GluonTensorDescriptor.from_tensor(rows32, [32, 128], gl.NVMMASharedLayout(0, 32, 2))
         rope_desc = GluonTensorDescriptor.from_tensor(rows32, [32, 32], gl.NVMMASharedLayout(0, 32, 2))
