@@ -349,7 +349,8 @@ def decode_ws16(sink: bool = True, registers: bool = False):
     return _mla_decode_ws16_kernel, types, const, 4, 1
 
 
-CASES.update({"decode-ws16": decode_ws16, "decode-ws16-rs": partial(decode_ws16, registers=True)})
+CASES.update({"decode-ws16": decode_ws16, "decode-ws16-rs": partial(decode_ws16, registers=True),
+              "decode-ws16-rs-nosink": partial(decode_ws16, sink=False, registers=True)})
 
 
 def sparse_ring(slots: int, dtype: str = "bf16", sink: bool = True, split: bool = True):

@@ -283,6 +283,13 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat
                     rb = (c // 2) % 2  # this consumer's blocks alternate the maxima buffers
                     k0 = k_lo + i * BLOCK_N
                     dyn = opaque_zero(c)
+                    # the pair's previous block (c - SLOTS / 2: the other consumer's, SLOTS / 2 being odd) must
+                    # have been released first: while its copies are in flight, k_ready is a phase behind and
+                    # the parity wait below would pass at once on the phase before (reading a stale slot,
+                    # releasing it, and letting the loader arrive on a phase with no arrival pending: a "warp
+                    # illegal instruction" at its expect, BENCHMARKS.md, twenty-fourth session)
+                    mbarrier.wait(k_empty.index((2 * c) % SLOTS), (((2 * c) // SLOTS) & 1) ^ 1)
+                    mbarrier.wait(k_empty.index((2 * c + 1) % SLOTS), (((2 * c + 1) // SLOTS) & 1) ^ 1)
                     mbarrier.wait(k_ready.index((2 * c) % SLOTS), ((2 * c) // SLOTS) & 1)
                     mbarrier.wait(k_ready.index((2 * c + 1) % SLOTS), ((2 * c + 1) // SLOTS) & 1)
                     a_rope = rope_pairs.index(pr).load(_dot_a())
