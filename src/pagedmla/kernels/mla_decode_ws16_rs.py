@@ -42,6 +42,11 @@ Ordering across proxies: each consumer reads a ring slot with ordinary loads and
 writes it through the async proxy, so the consumer fences the async proxy and synchronizes its warps before it
 releases the slot (`tests/test_launch_order.py` checks the compiled kernel).
 
+Ring phases: with SLOTS / 2 = 3 pairs a pair's previous block is the other consumer's, so before its k_ready
+parity waits a consumer waits for that block's release (k_empty): while the previous copies are in flight the
+parity wait would match the phase before. Without it the kernel failed about once in 400 harness runs (a warp
+illegal instruction at the loader's expect; `tests/test_ws16_rs_ring_protocol.py` models the protocol).
+
 Compiled for sm_90 only; tested in the gpu tier against the reference (both FP8 16-row kernels run every ws16
 case). Softmax in base 2 on logits pre-multiplied by `scale * log2(e)`; LSEs leave the kernel in natural log.
 """
