@@ -5,7 +5,10 @@ Variants, each a CUDA graph of back-to-back calls (decode_probe's cases: 16 head
 cache, causal):
 - combine `shipped`: `_mla_decode_combine_kernel` as it is (waits, then lets the next kernel launch);
   `first`: a patched copy that lets the next kernel launch before its own wait; `none`: no combine at all (the
-  outputs of split sequences are then wrong: a bound, not a kernel).
+  outputs of split sequences are then wrong: a bound, not a kernel);
+- `--combine-rows R ...`: the shipped combine with R rows a program (`CombineConfig.block_r`; the heuristic's 4
+  gives a grid of 4 programs a sequence at 16 heads, 16 gives one): whether the combine's cost, measured at
+  about 3.5 us a call even where no sequence is split (B128 at 128 workers), follows its grid.
 At 5810b42 the script also had the decode let the next kernel launch once its programs passed their wait
 (`griddepcontrol.launch_dependents`, a flag since removed): B64 N4096 58.5 / 58.9 us without it, 60.0 / 60.6
 with it (benchmarks/results/session-24/rs-tail-5810b42.txt).
@@ -23,7 +26,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from decode_probe import Case, _time_graph
 from stamped_kernels import SourcePatch, load_patched
 
-from pagedmla.configs.decode import WS16
+from pagedmla.configs.decode import WS16, CombineConfig
 from pagedmla.ops import _triton_decode
 
 COMBINE_WAIT = """        gdc_wait()
@@ -48,6 +51,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", default=[], help="B,N (16 heads, one token)")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--combine-rows", type=int, nargs="*", default=[])
     args = parser.parse_args()
     combines = {"shipped": _triton_decode._mla_decode_combine_kernel, "first": _combine_first()}
     launch_combine = _triton_decode._launch_combine
@@ -70,6 +74,10 @@ def main() -> None:
                         _triton_decode._launch_combine = launch_combine
                         _triton_decode._mla_decode_combine_kernel = combines["shipped"]
                     print(f"B{b} N{n} W{plan.num_partitions} combine={combine}: {us:.1f} us", flush=True)
+                for rows in args.combine_rows:
+                    ccfg = CombineConfig(block_p=2, block_r=rows, block_dv=512, num_warps=4)
+                    us = _time_graph(case.run(plan, WS16, ccfg)) * 1e3 / case.copies
+                    print(f"B{b} N{n} W{plan.num_partitions} combine rows={rows}: {us:.1f} us", flush=True)
     finally:
         _triton_decode.WS16_KERNEL = saved
 
