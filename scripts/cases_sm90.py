@@ -341,7 +341,7 @@ def decode_ws16(sink: bool = True, registers: bool = False):
                  scales_ptr="*fp32")
     if registers:
         const = dict(HAS_SINK=sink, SLOTS=td.WS16_RS_SLOTS, CONSUMER_REGS=td.WS16_RS_CONSUMER_REGS,
-                     LOADER_REGS=td.WS16_RS_LOADER_REGS)
+                     LOADER_REGS=td.WS16_RS_LOADER_REGS, MERGE=td.WS16_RS_MERGE)
         return _mla_decode_ws16_rs_kernel, types, const, 4, 1
     const = dict(HAS_SINK=sink, SLOTS=td.WS16_SLOTS, WIDEN_WARPS=td.WS16_WIDEN_WARPS,
                  WIDEN_REGS=td.WS16_WIDEN_REGS,

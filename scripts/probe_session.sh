@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
-# One device call (edit per session). Prepared for the twenty-fifth session's first call: the ws16 gpu tests on
-# both 16-row FP8 kernels at the twenty-fourth session's last commit (its ring-protocol fix ran only the
-# register kernel's tests), the crash hunt (fp8_crash_loop.py, ITERS iterations with core dumps on), the
-# combine's cost against its grid (rs_tail.py --combine-rows), then the harness at 16 heads.
+# One device call (edit per session). The twenty-fifth session's: the register kernel's ws16 gpu tests (with its
+# in-kernel merge of split sequences, and test_gpu_ws16_rs_merge), the crash hunt (fp8_crash_loop.py, ITERS
+# iterations with core dumps on), the merge's cost (rs_tail.py: in-kernel, combine, none), then the harness at 16
+# heads.
 # Usage on the device: COMMIT=<sha> OUT=<dir> [ITERS=400] bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 f="$OUT/gpu-tests-ws16-$COMMIT.txt"
-PYTHONPATH=src timeout 330 python3 -m pytest -q -x -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py -k ws16 \
+PYTHONPATH=src timeout 300 python3 -m pytest -q -x -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py \
+  -k "${TESTS:-ws16 and (registers or automatic or rs_merge)}" \
   > "$f" 2>&1
 echo "ws16 tests rc $?"; tail -1 "$f"; grep -E "^FAILED|Error" "$f" | head -8
 export CUDA_ENABLE_COREDUMP_ON_EXCEPTION=1 CUDA_COREDUMP_FILE="$OUT/core.%p"
 export CUDA_COREDUMP_GENERATION_FLAGS="skip_nonrelocated_elf_images,skip_global_memory,skip_shared_memory,skip_local_memory,skip_constbank_memory"
 f="$OUT/crash-loop-$COMMIT.txt"
-PYTHONPATH=src timeout 130 python3 benchmarks/experiments/fp8_crash_loop.py --iters "${ITERS:-400}" > "$f" 2>&1
+PYTHONPATH=src timeout 70 python3 benchmarks/experiments/fp8_crash_loop.py --iters "${ITERS:-200}" > "$f" 2>&1
 echo "loop rc $?"; grep -v CUDAEvent "$f" | tail -2
 core=$(ls "$OUT"/core.* 2>/dev/null | head -1)
 if [ -n "$core" ]; then
@@ -25,7 +26,7 @@ fi
 unset CUDA_ENABLE_COREDUMP_ON_EXCEPTION
 f="$OUT/rs-tail-$COMMIT.txt"
 PYTHONPATH=src:benchmarks timeout 90 python3 benchmarks/experiments/rs_tail.py --case 64,4096 --case 128,4096 \
-  --combine-rows 4 8 16 > "$f" 2>&1
+  --combine-rows 16 > "$f" 2>&1
 echo "tail rc $?"; tail -12 "$f"
 f="$OUT/bench-decode-h16-$COMMIT.txt"
 PYTHONPATH=src timeout 90 python3 -m pagedmla.cli bench decode --heads 16 --batch 64 128 --keys 4096 \

@@ -209,3 +209,40 @@ def test_ws16_fences_before_it_releases_a_slot(case, compiled):
             swapped[k], swapped[k + 1] = swapped[k + 1], swapped[k]
     assert len(releases_after_unfenced_loads(swapped)[1]) == found - UNSWAPPABLE[case], \
         "the check does not see a fence too late"
+
+
+ARRIVAL = re.compile(r"\batom\.global\.gpu\.acq_rel\.add\b")
+PTX_BARRIER = re.compile(r"\b(bar|barrier)\.sync\b")
+
+
+def arrivals_after_unsynchronized_stores(lines: list[str]) -> tuple[int, list[int]]:
+    """(the PTX's acq_rel arrival atomics, the indices of those that a global store reaches, scanning back, before
+    a barrier does): the arriving thread releases the whole partition's partial, so every warp's stores must come
+    before a barrier that comes before the atomic."""
+    found, bad = 0, []
+    for i, line in enumerate(lines):
+        if not ARRIVAL.search(line):
+            continue
+        found += 1
+        for prev in reversed(lines[:i]):
+            if PTX_BARRIER.search(prev):
+                break
+            if "st.global" in prev:
+                bad.append(i)
+                break
+    return found, bad
+
+
+def test_ws16_rs_merge_arrival_is_ordered(compiled):
+    """The register kernel merges split sequences itself (`kernels.gluon_common.merge_if_last`): consumer 0
+    stores its piece's partial, one thread counts the arrival with an acq_rel atomic, and the last worker to
+    arrive reads the others' partials. The atomic must come after a barrier that follows every warp's stores
+    (else another warp's stores could land after the count), and the merge's loads of the partials bypass L1
+    (`.cg`). With the barriers taken out, the check flags the atomic."""
+    lines = compiled("decode-ws16-rs").splitlines()
+    found, bad = arrivals_after_unsynchronized_stores(lines)
+    assert found == 1, f"expected one arrival atomic in the kernel, found {found}"
+    assert not bad, f"arrival atomics with stores after the barrier before them at PTX lines {bad}"
+    stripped = [line for line in lines if not PTX_BARRIER.search(line)]
+    assert len(arrivals_after_unsynchronized_stores(stripped)[1]) == 1, "the check does not see a missing barrier"
+    assert any("ld.global.cg" in line for line in lines), "the merge's loads of the partials must bypass L1"

@@ -1,12 +1,14 @@
 """What the register-operand 16-row FP8 decode's call costs around the kernel (`kernels.mla_decode_ws16_rs`): the
-combine kernel after it and the launches between the two, at the plan's own workers.
+merge of split sequences, in the kernel or by the combine kernel after it, at the plan's own workers.
 
 Variants, each a CUDA graph of back-to-back calls (decode_probe's cases: 16 heads, one token, FP8 rope-aware
 cache, causal):
-- combine `shipped`: `_mla_decode_combine_kernel` as it is (waits, then lets the next kernel launch);
-  `first`: a patched copy that lets the next kernel launch before its own wait; `none`: no combine at all (the
-  outputs of split sequences are then wrong: a bound, not a kernel);
-- `--combine-rows R ...`: the shipped combine with R rows a program (`CombineConfig.block_r`; the heuristic's 4
+- merge `in-kernel`: as shipped (`_triton_decode.WS16_RS_MERGE`: the last worker of a split sequence to finish
+  merges it); `combine`: the kernel writes partials and `_mla_decode_combine_kernel` merges them (the shipped
+  path before the twenty-fifth session); `first`: that combine patched to let the next kernel launch before its
+  own wait; `none`: partials and no combine at all (the outputs of split sequences are then wrong: a bound, not a
+  kernel);
+- `--combine-rows R ...`: the `combine` variant with R rows a program (`CombineConfig.block_r`; the heuristic's 4
   gives a grid of 4 programs a sequence at 16 heads, 16 gives one): whether the combine's cost, measured at
   about 3.5 us a call even where no sequence is split (B128 at 128 workers), follows its grid.
 At 5810b42 the script also had the decode let the next kernel launch once its programs passed their wait
@@ -56,6 +58,7 @@ def main() -> None:
     combines = {"shipped": _triton_decode._mla_decode_combine_kernel, "first": _combine_first()}
     launch_combine = _triton_decode._launch_combine
     saved = _triton_decode.WS16_KERNEL
+    saved_merge = _triton_decode.WS16_RS_MERGE
     _triton_decode.WS16_KERNEL = "registers"
     try:
         for text in args.case or ["64,4096"]:
@@ -63,20 +66,26 @@ def main() -> None:
             case = Case(b, n, 16, 1, fp8=True)
             plan = case.plan()
             for _ in range(args.repeat):
-                for combine in ("shipped", "first", "none"):
-                    if combine == "none":
+                for merge in ("in-kernel", "combine", "first", "none"):
+                    _triton_decode.WS16_RS_MERGE = merge == "in-kernel"
+                    if merge == "none":
                         _triton_decode._launch_combine = lambda *a, **k: None
-                    else:
-                        _triton_decode._mla_decode_combine_kernel = combines[combine]
+                    elif merge == "first":
+                        _triton_decode._mla_decode_combine_kernel = combines["first"]
                     try:
                         us = _time_graph(case.run(plan, WS16)) * 1e3 / case.copies
                     finally:
                         _triton_decode._launch_combine = launch_combine
                         _triton_decode._mla_decode_combine_kernel = combines["shipped"]
-                    print(f"B{b} N{n} W{plan.num_partitions} combine={combine}: {us:.1f} us", flush=True)
+                        _triton_decode.WS16_RS_MERGE = saved_merge
+                    print(f"B{b} N{n} W{plan.num_partitions} merge={merge}: {us:.1f} us", flush=True)
                 for rows in args.combine_rows:
+                    _triton_decode.WS16_RS_MERGE = False
                     ccfg = CombineConfig(block_p=2, block_r=rows, block_dv=512, num_warps=4)
-                    us = _time_graph(case.run(plan, WS16, ccfg)) * 1e3 / case.copies
+                    try:
+                        us = _time_graph(case.run(plan, WS16, ccfg)) * 1e3 / case.copies
+                    finally:
+                        _triton_decode.WS16_RS_MERGE = saved_merge
                     print(f"B{b} N{n} W{plan.num_partitions} combine rows={rows}: {us:.1f} us", flush=True)
     finally:
         _triton_decode.WS16_KERNEL = saved

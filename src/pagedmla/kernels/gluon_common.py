@@ -50,3 +50,83 @@ def visible_range(q_pos, num_keys, mask_code, window):
     hi = gl.where(chunked, gl.minimum(num_keys, (q_pos // w + 1) * w), num_keys)
     hi = gl.where(causal, gl.minimum(hi, q_pos + 1), hi)
     return gl.maximum(lo, 0), hi
+
+
+@gluon.jit
+def _piece_slot(p, first, first_slot):
+    """The partial slot of piece p of a split sequence (`_mla_decode_combine_kernel`'s numbering: piece 0 is the
+    first worker's `first_slot`, piece p > 0 worker first + p's slot 2 (first + p), b being its first sequence)."""
+    return gl.where(p == 0, first_slot, 2 * (first + p)).to(gl.int64)
+
+
+@gluon.jit
+def merge_if_last(w, b, num_workers, row_start, num_q, num_heads, schedule_ptr, sink_ptr, out_ptr, lse_ptr,
+                  part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
+                  stride_po_r, stride_pl_s, ROWS: gl.constexpr, WARPS: gl.constexpr, HAS_SINK: gl.constexpr):
+    """After worker w wrote its partial of split sequence b (every warp of the calling partition, WARPS of them):
+    count the arrival in the sequence's schedule row (its 4th int, 0 from the plan) and, in the last worker to
+    arrive, merge the pieces' partials by LSE into `out` / `lse` as `_mla_decode_combine_kernel` does (rows of the
+    sequence's first ROWS; columns D_LAT), then set the count back to 0 for the next call with the plan.
+
+    This replaces the combine kernel's launch (about 3.3 us a call at 16 heads B64 N4096, BENCHMARKS.md,
+    twenty-fourth session) by a merge at the end of the last piece. Ordering: the partition's barrier puts every
+    warp's partial stores before one thread's acq_rel atomic (release); the last arriver's atomic (acquire)
+    orders its loads of the others' partials after their stores, which bypass L1 (`.cg`)."""
+    seq = schedule_ptr + (1 + num_workers + b) * 4
+    first = gl.load(seq)
+    last = gl.load(seq + 1)
+    # a whole sequence has first == last; a worker outside [first, last] has no slot the merge reads (the plan
+    # gives it no keys of b)
+    if (first < last) & (w >= first) & (w <= last):
+        gl.thread_barrier()
+        ticket = gl.atomic_add(seq + 3, 1, sem="acq_rel", scope="gpu")
+        if ticket == last - first:
+            gl.store(seq + 3, 0)
+            first_slot = gl.load(seq + 2)
+            layout: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [WARPS, 1], [1, 0])
+            row_l: gl.constexpr = gl.SliceLayout(1, layout)
+            rows = gl.arange(0, ROWS, row_l)
+            rows_ok = rows < num_q * num_heads
+            # the columns in two halves (an accumulator and two pieces' loads of a half fit the registers);
+            # pieces two at a time (their loads in flight together)
+            for half in gl.static_range(2):
+                cols = half * (D_LAT // 2) + gl.arange(0, D_LAT // 2, gl.SliceLayout(0, layout))
+                m_i = gl.full([ROWS], float("-inf"), gl.float32, row_l)
+                l_i = gl.zeros([ROWS], gl.float32, row_l)
+                acc = gl.zeros([ROWS, D_LAT // 2], gl.float32, layout)
+                for p in range(0, last - first + 1, 2):
+                    s0 = _piece_slot(p, first, first_slot)
+                    s1 = _piece_slot(p + 1, first, first_slot)
+                    ok1 = rows_ok & (p + 1 <= last - first)
+                    lse0 = gl.load(part_lse_ptr + s0 * stride_pl_s + rows, mask=rows_ok, other=float("-inf"),
+                                   cache_modifier=".cg")
+                    lse1 = gl.load(part_lse_ptr + s1 * stride_pl_s + rows, mask=ok1, other=float("-inf"),
+                                   cache_modifier=".cg")
+                    r64 = rows.to(gl.int64)[:, None] * stride_po_r + cols[None, :]
+                    o0 = gl.load(part_out_ptr + s0 * stride_po_s + r64, mask=rows_ok[:, None], other=0.0,
+                                 cache_modifier=".cg")
+                    o1 = gl.load(part_out_ptr + s1 * stride_po_s + r64, mask=ok1[:, None], other=0.0,
+                                 cache_modifier=".cg")
+                    m_new = gl.maximum(m_i, gl.maximum(lse0, lse1))
+                    m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+                    alpha = gl.exp(m_i - m_safe)
+                    w0 = gl.exp(lse0 - m_safe)
+                    w1 = gl.exp(lse1 - m_safe)
+                    l_i = l_i * alpha + w0 + w1
+                    acc = acc * alpha[:, None] + w0[:, None] * o0 + w1[:, None] * o1
+                    m_i = m_new
+                has = l_i > 0.0
+                lse = gl.where(has, m_i + gl.log(gl.where(has, l_i, 1.0)), float("-inf"))
+                inv = gl.where(has, 1.0 / gl.where(has, l_i, 1.0), 0.0)
+                tok = rows // num_heads
+                head = rows % num_heads
+                if HAS_SINK:
+                    # e^lse / (e^lse + e^sink): a +inf sink gives 0
+                    sink = gl.load(sink_ptr + head, mask=rows_ok, other=float("-inf"))
+                    inv = gl.where(has, inv / (1.0 + gl.exp(sink - gl.where(has, lse, 0.0))), 0.0)
+                o_row = (row_start + tok).to(gl.int64) * stride_o_t + head.to(gl.int64) * stride_o_h
+                gl.store(out_ptr + o_row[:, None] + cols[None, :], (acc * inv[:, None]).to(out_ptr.dtype.element_ty),
+                         mask=rows_ok[:, None])
+                if half == 0:
+                    gl.store(lse_ptr + (row_start + tok).to(gl.int64) * stride_lse_t + head.to(gl.int64) * stride_lse_h,
+                             lse, mask=rows_ok)

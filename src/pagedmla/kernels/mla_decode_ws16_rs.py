@@ -60,7 +60,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .gluon_common import D_ROPE, opaque_zero, wait_for_prior_grid
+from .gluon_common import D_ROPE, merge_if_last, opaque_zero, wait_for_prior_grid
 from .mla_decode_ws import _no_inf, _piece
 from .mla_decode_ws16 import (
     BLOCK_N,
@@ -245,7 +245,7 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat
               k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr,
               lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t,
               stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr,
-              SLOTS: gl.constexpr, WG: gl.constexpr):
+              SLOTS: gl.constexpr, WG: gl.constexpr, MERGE: gl.constexpr):
     layout: gl.constexpr = _acc_layout()
     col_l: gl.constexpr = gl.SliceLayout(0, layout)
     key_l: gl.constexpr = gl.SliceLayout(1, layout)
@@ -402,6 +402,10 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat
                 _finish_piece(o0, o1, o2, o3, m, l_i, whole, b, first_seq, w, row_start, num_q, num_heads, sink_ptr,
                               out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h, stride_lse_t,
                               stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK, True)
+                if MERGE:
+                    merge_if_last(w, b, gl.num_programs(0), row_start, num_q, num_heads, schedule_ptr, sink_ptr,
+                                  out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h, stride_lse_t,
+                                  stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, ROWS, 4, HAS_SINK)
         c0 += n_blocks
 
 
@@ -413,6 +417,7 @@ def _mla_decode_ws16_rs_kernel(
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
     stride_s_b, stride_s_s,
     HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+    MERGE: gl.constexpr,
 ):
     """`mla_decode_ws16`'s kernel's arguments (`ops._triton_decode._launch_ws16` launches both), the ring boxes
     `[32, 32]` int32 swizzled by 128 bytes (`_sw128_i32`); CONSUMER_REGS: consumer 1's registers (consumer 0
@@ -455,12 +460,12 @@ def _mla_decode_ws16_rs_kernel(
                      k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr,
                      sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window,
                      qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r,
-                     stride_pl_s, HAS_SINK, SLOTS, 0)),
+                     stride_pl_s, HAS_SINK, SLOTS, 0, MERGE)),
         (_consumer, (q_s, qr_s, q16_b, qrp_b, raw_s, rr_s, sc_s, p_b, red_b, ox_s, stat_s, q_ready, q_empty,
                      k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr,
                      sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window,
                      qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r,
-                     stride_pl_s, HAS_SINK, SLOTS, 1)),
+                     stride_pl_s, HAS_SINK, SLOTS, 1, MERGE)),
         (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
                    k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch,
                    num_heads, mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b,
