@@ -7,10 +7,13 @@ graph of back-to-back calls.
 Like `ws16_timeline.py`: a copy of the kernel module with `%globaltimer` stamps patched into its source is swapped
 into the launcher (workers: 0 takes the plan's own count). Each consumer stamps, for its program's last piece:
 its wait for the previous kernel passed (`start`), q arrived, q widened, its first block of the piece arrived
-and done, its last block arrived and done, the merge handed over (consumer 1) or done (consumer 0), and the
-piece's rows or partial written (consumer 0). Printed for a middle call: the medians over programs of each
-stamp, in us after the call's earliest `start`, and the latest stamp. Not a harness: times are only what the
-stamps see (16 heads, one token, FP8).
+and done, its last block arrived and done, the merge handed over (consumer 1) or done (consumer 0), the
+piece's rows or partial written (consumer 0), and its split sequence's arrival counted, merged if it was the
+last (`merged`, consumer 0: `gluon_common.merge_if_last`). Printed for a middle call: the medians over programs
+of each stamp, in us after the call's earliest `start`, and the latest stamp; `merged - written` per program.
+`--merge`: `shipped` (the in-kernel merge), `count-only` (the arrivals counted, no merge: a bound; the counts
+are not reset), `combine` (`WS16_RS_MERGE` off: partials, the combine kernel after). Not a harness: times are
+only what the stamps see (16 heads, one token, FP8).
 """
 
 from __future__ import annotations
@@ -29,20 +32,38 @@ from stamped_kernels import SourcePatch, load_patched, replay_stamped, stamp_hel
 
 WIDTH = 32  # int64 slots per program: consumer WG at 10 WG + k, the SM id at 31
 NAMES = ["start", "q_arrived", "q_widened", "first_block_in", "first_block_done", "last_block_in",
-         "last_block_done", "merge", "written"]
+         "last_block_done", "merge", "written", "merged"]
 
 
-def _patched_source() -> str:
+def _merge_source(count_only: bool) -> str:
+    """`gluon_common.merge_if_last`'s source, renamed (`_merge_patched`), with count_only its merge cut."""
+    import inspect
+
+    from pagedmla.kernels import gluon_common
+    src = inspect.getsource(gluon_common.merge_if_last.fn)
+    src = src[src.index("def merge_if_last("):].replace("def merge_if_last(", "def _merge_patched(")
+    if count_only:
+        patch = SourcePatch(src)
+        patch.sub("        if ticket == last - first:\n", "        if ticket < 0:\n")
+        src = patch.src
+    return "\n\n@gluon.jit\n" + src
+
+
+def _patched_source(count_only: bool = False) -> str:
     import pagedmla.kernels.mla_decode_ws16_rs as rs
     patch = SourcePatch(pathlib.Path(rs.__file__).read_text())
     sub = patch.sub
     for rel in ("gluon_common", "mla_decode_ws16", "mla_decode_ws"):
         sub(f"from .{rel} ", f"from pagedmla.kernels.{rel} ")
-    sub("\n\n@gluon.jit\ndef _consumer(", stamp_helper(WIDTH, WIDTH - 1, "w") + "\n\n@gluon.jit\ndef _consumer(")
-    sub("              SLOTS: gl.constexpr, WG: gl.constexpr):\n",
-        "              SLOTS: gl.constexpr, WG: gl.constexpr, stamps_ptr):\n")
-    sub("HAS_SINK, SLOTS, 0)),", "HAS_SINK, SLOTS, 0, stamps_ptr)),")
-    sub("HAS_SINK, SLOTS, 1)),", "HAS_SINK, SLOTS, 1, stamps_ptr)),")
+    sub("from pagedmla.kernels.gluon_common import D_ROPE, ",
+        "from pagedmla.kernels.gluon_common import D_LAT, _piece_slot, D_ROPE, ")
+    sub("\n\n@gluon.jit\ndef _consumer(", stamp_helper(WIDTH, WIDTH - 1, "w") + _merge_source(count_only)
+        + "\n\n@gluon.jit\ndef _consumer(")
+    sub("                    merge_if_last(w, b,", "                    _merge_patched(w, b,")
+    sub("              SLOTS: gl.constexpr, WG: gl.constexpr, MERGE: gl.constexpr):\n",
+        "              SLOTS: gl.constexpr, WG: gl.constexpr, MERGE: gl.constexpr, stamps_ptr):\n")
+    sub("HAS_SINK, SLOTS, 0, MERGE)),", "HAS_SINK, SLOTS, 0, MERGE, stamps_ptr)),")
+    sub("HAS_SINK, SLOTS, 1, MERGE)),", "HAS_SINK, SLOTS, 1, MERGE, stamps_ptr)),")
     sub("    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr,\n",
         "    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr, stamps_ptr,\n")
 
@@ -66,25 +87,29 @@ def _patched_source() -> str:
         "                    mbarrier.arrive(merge_empty)\n" + stamp(7, 20))
     end = "stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK, True)\n"
     sub(end, end + stamp(8, 16))
+    merged = "                                  stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, ROWS, 4, HAS_SINK)\n"
+    sub(merged, merged + stamp(9, 20))
     return patch.src
 
 
-def timeline(case: Case, workers: int | None, calls: int) -> dict:
+def timeline(case: Case, workers: int | None, calls: int, merge: str = "shipped") -> dict:
     from pagedmla.configs.decode import WS16
     from pagedmla.ops import _triton_decode
     plan = case.plan(workers)
     n_workers = plan.num_partitions
     stamps = torch.zeros(calls, n_workers, WIDTH, dtype=torch.int64, device="cuda")
-    kernel = load_patched("mla_decode_ws16_rs_stamped", _patched_source())._mla_decode_ws16_rs_kernel
+    kernel = load_patched(f"mla_decode_ws16_rs_stamped_{merge.replace('-', '_')}",
+                          _patched_source(merge == "count-only"))._mla_decode_ws16_rs_kernel
     run = case.run
     case.run = lambda p, cfg, combine=None: run(p, WS16, combine)
-    before = _triton_decode.WS16_KERNEL
+    before, before_merge = _triton_decode.WS16_KERNEL, _triton_decode.WS16_RS_MERGE
     _triton_decode.WS16_KERNEL = "registers"
+    _triton_decode.WS16_RS_MERGE = merge != "combine"
     try:
         used = replay_stamped(case, plan, "_mla_decode_ws16_rs_kernel", kernel, stamps, 14, calls)
     finally:
         case.run = run
-        _triton_decode.WS16_KERNEL = before
+        _triton_decode.WS16_KERNEL, _triton_decode.WS16_RS_MERGE = before, before_merge
     s = stamps[used // 2].cpu()
     t0 = int(s[:, 0][s[:, 0] > 0].min())
     report = {}
@@ -96,8 +121,15 @@ def timeline(case: Case, workers: int | None, calls: int) -> dict:
                 rel = (col - t0).double() / 1000
                 report[f"c{wg}.{name}"] = {"median": round(statistics.median(rel.tolist()), 2),
                                           "max": round(float(rel.max()), 2), "programs": len(col)}
-    return {"case": [case.batch, case.keys], "workers": n_workers, "calls": used, "us_after_first_start": report,
-            "raw_call": s.tolist()}
+    spent = s[:, 9] - s[:, 8]
+    spent = spent[(s[:, 8] > 0) & (s[:, 9] > 0)]
+    if len(spent):
+        rel = spent.double() / 1000
+        report["c0.merged-written"] = {"median": round(statistics.median(rel.tolist()), 2),
+                                       "max": round(float(rel.max()), 2), "programs": len(spent)}
+    report["latest"] = {"median": round((int(s[s > 0].max()) - t0) / 1000, 2), "max": 0.0, "programs": 1}
+    return {"case": [case.batch, case.keys], "workers": n_workers, "merge": merge, "calls": used,
+            "us_after_first_start": report, "raw_call": s.tolist()}
 
 
 def main() -> None:
@@ -105,18 +137,20 @@ def main() -> None:
     parser.add_argument("--case", action="append", default=[], help="B,N (16 heads, one token, FP8)")
     parser.add_argument("--workers", type=int, default=0, help="0: the plan's own count")
     parser.add_argument("--calls", type=int, default=12)
+    parser.add_argument("--merge", nargs="*", default=["shipped"], choices=["shipped", "count-only", "combine"])
     parser.add_argument("--json")
     args = parser.parse_args()
     reports = []
     for text in args.case or ["64,4096"]:
         b, n = (int(x) for x in text.split(","))
-        case = Case(b, n, 16, 1, fp8=True)
-        rep = timeline(case, args.workers or None, max(args.calls, 3 * len(case.items)))
-        reports.append(rep)
-        print(f"case B{b} N{n} W{rep['workers']}: {rep['calls']} calls (us after the call's first start: "
-              f"median over programs / latest)")
-        for name, v in rep["us_after_first_start"].items():
-            print(f"  {name:20s} {v['median']:8.2f} {v['max']:8.2f}  ({v['programs']} programs)")
+        for merge in args.merge:
+            case = Case(b, n, 16, 1, fp8=True)
+            rep = timeline(case, args.workers or None, max(args.calls, 3 * len(case.items)), merge)
+            reports.append(rep)
+            print(f"case B{b} N{n} W{rep['workers']} merge={merge}: {rep['calls']} calls (us after the call's "
+                  f"first start: median over programs / latest)")
+            for name, v in rep["us_after_first_start"].items():
+                print(f"  {name:20s} {v['median']:8.2f} {v['max']:8.2f}  ({v['programs']} programs)")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(reports, indent=1))
 
