@@ -75,6 +75,7 @@ def merge_if_last(w, b, num_workers, row_start, num_q, num_heads, schedule_ptr, 
     seq = schedule_ptr + (1 + num_workers + b) * 4
     first = gl.load(seq)
     last = gl.load(seq + 1)
+    first_slot = gl.load(seq + 2)
     # a whole sequence has first == last; a worker outside [first, last] has no slot the merge reads (the plan
     # gives it no keys of b)
     if (first < last) & (w >= first) & (w <= last):
@@ -82,51 +83,47 @@ def merge_if_last(w, b, num_workers, row_start, num_q, num_heads, schedule_ptr, 
         ticket = gl.atomic_add(seq + 3, 1, sem="acq_rel", scope="gpu")
         if ticket == last - first:
             gl.store(seq + 3, 0)
-            first_slot = gl.load(seq + 2)
+            # all the columns at once, pieces two at a time: one round trip of loads per pair
             layout: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [WARPS, 1], [1, 0])
             row_l: gl.constexpr = gl.SliceLayout(1, layout)
             rows = gl.arange(0, ROWS, row_l)
+            cols = gl.arange(0, D_LAT, gl.SliceLayout(0, layout))
             rows_ok = rows < num_q * num_heads
-            # the columns in two halves (an accumulator and two pieces' loads of a half fit the registers);
-            # pieces two at a time (their loads in flight together)
-            for half in gl.static_range(2):
-                cols = half * (D_LAT // 2) + gl.arange(0, D_LAT // 2, gl.SliceLayout(0, layout))
-                m_i = gl.full([ROWS], float("-inf"), gl.float32, row_l)
-                l_i = gl.zeros([ROWS], gl.float32, row_l)
-                acc = gl.zeros([ROWS, D_LAT // 2], gl.float32, layout)
-                for p in range(0, last - first + 1, 2):
-                    s0 = _piece_slot(p, first, first_slot)
-                    s1 = _piece_slot(p + 1, first, first_slot)
-                    ok1 = rows_ok & (p + 1 <= last - first)
-                    lse0 = gl.load(part_lse_ptr + s0 * stride_pl_s + rows, mask=rows_ok, other=float("-inf"),
-                                   cache_modifier=".cg")
-                    lse1 = gl.load(part_lse_ptr + s1 * stride_pl_s + rows, mask=ok1, other=float("-inf"),
-                                   cache_modifier=".cg")
-                    r64 = rows.to(gl.int64)[:, None] * stride_po_r + cols[None, :]
-                    o0 = gl.load(part_out_ptr + s0 * stride_po_s + r64, mask=rows_ok[:, None], other=0.0,
-                                 cache_modifier=".cg")
-                    o1 = gl.load(part_out_ptr + s1 * stride_po_s + r64, mask=ok1[:, None], other=0.0,
-                                 cache_modifier=".cg")
-                    m_new = gl.maximum(m_i, gl.maximum(lse0, lse1))
-                    m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-                    alpha = gl.exp(m_i - m_safe)
-                    w0 = gl.exp(lse0 - m_safe)
-                    w1 = gl.exp(lse1 - m_safe)
-                    l_i = l_i * alpha + w0 + w1
-                    acc = acc * alpha[:, None] + w0[:, None] * o0 + w1[:, None] * o1
-                    m_i = m_new
-                has = l_i > 0.0
-                lse = gl.where(has, m_i + gl.log(gl.where(has, l_i, 1.0)), float("-inf"))
-                inv = gl.where(has, 1.0 / gl.where(has, l_i, 1.0), 0.0)
-                tok = rows // num_heads
-                head = rows % num_heads
-                if HAS_SINK:
-                    # e^lse / (e^lse + e^sink): a +inf sink gives 0
-                    sink = gl.load(sink_ptr + head, mask=rows_ok, other=float("-inf"))
-                    inv = gl.where(has, inv / (1.0 + gl.exp(sink - gl.where(has, lse, 0.0))), 0.0)
-                o_row = (row_start + tok).to(gl.int64) * stride_o_t + head.to(gl.int64) * stride_o_h
-                gl.store(out_ptr + o_row[:, None] + cols[None, :], (acc * inv[:, None]).to(out_ptr.dtype.element_ty),
-                         mask=rows_ok[:, None])
-                if half == 0:
-                    gl.store(lse_ptr + (row_start + tok).to(gl.int64) * stride_lse_t + head.to(gl.int64) * stride_lse_h,
-                             lse, mask=rows_ok)
+            r64 = rows.to(gl.int64)[:, None] * stride_po_r + cols[None, :]
+            m_i = gl.full([ROWS], float("-inf"), gl.float32, row_l)
+            l_i = gl.zeros([ROWS], gl.float32, row_l)
+            acc = gl.zeros([ROWS, D_LAT], gl.float32, layout)
+            for p in range(0, last - first + 1, 2):
+                s0 = _piece_slot(p, first, first_slot)
+                s1 = _piece_slot(p + 1, first, first_slot)
+                ok1 = rows_ok & (p + 1 <= last - first)
+                lse0 = gl.load(part_lse_ptr + s0 * stride_pl_s + rows, mask=rows_ok, other=float("-inf"),
+                               cache_modifier=".cg")
+                lse1 = gl.load(part_lse_ptr + s1 * stride_pl_s + rows, mask=ok1, other=float("-inf"),
+                               cache_modifier=".cg")
+                o0 = gl.load(part_out_ptr + s0 * stride_po_s + r64, mask=rows_ok[:, None], other=0.0,
+                             cache_modifier=".cg")
+                o1 = gl.load(part_out_ptr + s1 * stride_po_s + r64, mask=ok1[:, None], other=0.0,
+                             cache_modifier=".cg")
+                m_new = gl.maximum(m_i, gl.maximum(lse0, lse1))
+                m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+                alpha = gl.exp(m_i - m_safe)
+                w0 = gl.exp(lse0 - m_safe)
+                w1 = gl.exp(lse1 - m_safe)
+                l_i = l_i * alpha + w0 + w1
+                acc = acc * alpha[:, None] + w0[:, None] * o0 + w1[:, None] * o1
+                m_i = m_new
+            has = l_i > 0.0
+            lse = gl.where(has, m_i + gl.log(gl.where(has, l_i, 1.0)), float("-inf"))
+            inv = gl.where(has, 1.0 / gl.where(has, l_i, 1.0), 0.0)
+            tok = rows // num_heads
+            head = rows % num_heads
+            if HAS_SINK:
+                # e^lse / (e^lse + e^sink): a +inf sink gives 0
+                sink = gl.load(sink_ptr + head, mask=rows_ok, other=float("-inf"))
+                inv = gl.where(has, inv / (1.0 + gl.exp(sink - gl.where(has, lse, 0.0))), 0.0)
+            o_row = (row_start + tok).to(gl.int64) * stride_o_t + head.to(gl.int64) * stride_o_h
+            gl.store(out_ptr + o_row[:, None] + cols[None, :], (acc * inv[:, None]).to(out_ptr.dtype.element_ty),
+                     mask=rows_ok[:, None])
+            gl.store(lse_ptr + (row_start + tok).to(gl.int64) * stride_lse_t + head.to(gl.int64) * stride_lse_h,
+                     lse, mask=rows_ok)
