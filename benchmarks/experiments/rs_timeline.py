@@ -12,7 +12,8 @@ piece's rows or partial written (consumer 0), and its split sequence's arrival c
 last (`merged`, consumer 0: `gluon_common.merge_if_last`). Printed for a middle call: the medians over programs
 of each stamp, in us after the call's earliest `start`, and the latest stamp; `merged - written` per program.
 `--merge`: `shipped` (the in-kernel merge), `count-only` (the arrivals counted, no merge: a bound; the counts
-are not reset), `combine` (`WS16_RS_MERGE` off: partials, the combine kernel after). Not a harness: times are
+are not reset), `combine` (`WS16_RS_MERGE` off: partials, the combine kernel after). `--warp-stamps`: each
+consumer warp stamps its q widening (q arrived, scaled, chunks stored, fenced). Not a harness: times are
 only what the stamps see (16 heads, one token, FP8).
 """
 
@@ -30,7 +31,19 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from decode_probe import Case
 from stamped_kernels import SourcePatch, load_patched, replay_stamped, stamp_helper
 
-WIDTH = 32  # int64 slots per program: consumer WG at 10 WG + k, the SM id at 31
+WIDTH = 64  # int64 slots per program: consumer WG at 10 WG + k, the SM id at 31, warp stamps from 32
+# `--warp-stamps`: per warp of each consumer, in its q widening (slot 32 + 16 WG + 4 stage + warp)
+WARP_STAGES = ["q_arrived", "q_scaled", "q_chunks", "q_fenced"]
+WARP_HELPER = """
+
+@gluon.jit
+def _stamp_warps(ptr, w, k: gl.constexpr):
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    lane = gl.arange(0, 128, layout)
+    t = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [lane], dtype=gl.int64, is_pure=False,
+                                  pack=1)
+    gl.store(ptr + w * WIDTH_ + k + lane // 32, t, mask=lane % 32 == 0)
+"""
 NAMES = ["start", "q_arrived", "q_widened", "first_block_in", "first_block_done", "last_block_in",
          "last_block_done", "merge", "written", "merged"]
 
@@ -49,7 +62,7 @@ def _merge_source(count_only: bool) -> str:
     return "\n\n@gluon.jit\n" + src
 
 
-def _patched_source(count_only: bool = False) -> str:
+def _patched_source(count_only: bool = False, warp_stamps: bool = False) -> str:
     import pagedmla.kernels.mla_decode_ws16_rs as rs
     patch = SourcePatch(pathlib.Path(rs.__file__).read_text())
     sub = patch.sub
@@ -57,8 +70,10 @@ def _patched_source(count_only: bool = False) -> str:
         sub(f"from .{rel} ", f"from pagedmla.kernels.{rel} ")
     sub("from pagedmla.kernels.gluon_common import D_ROPE, ",
         "from pagedmla.kernels.gluon_common import D_LAT, _piece_slot, D_ROPE, ")
-    sub("\n\n@gluon.jit\ndef _consumer(", stamp_helper(WIDTH, WIDTH - 1, "w") + _merge_source(count_only)
-        + "\n\n@gluon.jit\ndef _consumer(")
+    helpers = stamp_helper(WIDTH, 31, "w") + _merge_source(count_only)
+    if warp_stamps:
+        helpers += WARP_HELPER.replace("WIDTH_", str(WIDTH))
+    sub("\n\n@gluon.jit\ndef _consumer(", helpers + "\n\n@gluon.jit\ndef _consumer(")
     sub("                    merge_if_last(w, b,", "                    _merge_patched(w, b,")
     sub("              SLOTS: gl.constexpr, WG: gl.constexpr, MERGE: gl.constexpr):\n",
         "              SLOTS: gl.constexpr, WG: gl.constexpr, MERGE: gl.constexpr, stamps_ptr):\n")
@@ -73,6 +88,13 @@ def _patched_source(count_only: bool = False) -> str:
         return f"{pad}if {cond}:\n{pad}    {call}" if cond else pad + call
 
     sub("    wait_for_prior_grid(w)\n", "    wait_for_prior_grid(w)\n" + stamp(0, 4))
+    if warp_stamps:
+        def warps(stage: int) -> str:
+            return f"                _stamp_warps(stamps_ptr, w, 32 + 16 * WG + {4 * stage})\n"
+        sub("                up, down = _q_scale(q_s, col_l)\n",
+            warps(0) + "                up, down = _q_scale(q_s, col_l)\n" + warps(1))
+        sub("                qrp_s.store(qr_s.load(", warps(2) + "                qrp_s.store(qr_s.load(")
+        sub("                # q is in this consumer's own buffers", warps(3) + "                # q is in this consumer's own buffers")
     sub("                mbarrier.wait(q_ready, pieces & 1)\n",
         "                mbarrier.wait(q_ready, pieces & 1)\n" + stamp(1, 16))
     sub("                mbarrier.arrive(q_empty)\n", stamp(2, 16) + "                mbarrier.arrive(q_empty)\n")
@@ -92,14 +114,14 @@ def _patched_source(count_only: bool = False) -> str:
     return patch.src
 
 
-def timeline(case: Case, workers: int | None, calls: int, merge: str = "shipped") -> dict:
+def timeline(case: Case, workers: int | None, calls: int, merge: str = "shipped", warp_stamps: bool = False) -> dict:
     from pagedmla.configs.decode import WS16
     from pagedmla.ops import _triton_decode
     plan = case.plan(workers)
     n_workers = plan.num_partitions
     stamps = torch.zeros(calls, n_workers, WIDTH, dtype=torch.int64, device="cuda")
-    kernel = load_patched(f"mla_decode_ws16_rs_stamped_{merge.replace('-', '_')}",
-                          _patched_source(merge == "count-only"))._mla_decode_ws16_rs_kernel
+    kernel = load_patched(f"mla_decode_ws16_rs_stamped_{merge.replace('-', '_')}_{int(warp_stamps)}",
+                          _patched_source(merge == "count-only", warp_stamps))._mla_decode_ws16_rs_kernel
     run = case.run
     case.run = lambda p, cfg, combine=None: run(p, WS16, combine)
     before, before_merge = _triton_decode.WS16_KERNEL, _triton_decode.WS16_RS_MERGE
@@ -127,7 +149,17 @@ def timeline(case: Case, workers: int | None, calls: int, merge: str = "shipped"
         rel = spent.double() / 1000
         report["c0.merged-written"] = {"median": round(statistics.median(rel.tolist()), 2),
                                        "max": round(float(rel.max()), 2), "programs": len(spent)}
-    report["latest"] = {"median": round((int(s[s > 0].max()) - t0) / 1000, 2), "max": 0.0, "programs": 1}
+    report["latest"] = {"median": round((int(s[:, :31].max()) - t0) / 1000, 2), "max": 0.0, "programs": 1}
+    if warp_stamps:
+        for wg in (0, 1):
+            for stage, name in enumerate(WARP_STAGES):
+                for warp in range(4):
+                    col = s[:, 32 + 16 * wg + 4 * stage + warp]
+                    col = col[col > 0]
+                    if len(col):
+                        rel = (col - t0).double() / 1000
+                        report[f"c{wg}.w{warp}.{name}"] = {"median": round(statistics.median(rel.tolist()), 2),
+                                                          "max": round(float(rel.max()), 2), "programs": len(col)}
     return {"case": [case.batch, case.keys], "workers": n_workers, "merge": merge, "calls": used,
             "us_after_first_start": report, "raw_call": s.tolist()}
 
@@ -138,6 +170,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=0, help="0: the plan's own count")
     parser.add_argument("--calls", type=int, default=12)
     parser.add_argument("--merge", nargs="*", default=["shipped"], choices=["shipped", "count-only", "combine"])
+    parser.add_argument("--warp-stamps", action="store_true",
+                        help="stamp each consumer warp's q widening (q arrived, scaled, chunks stored, fenced)")
     parser.add_argument("--json")
     args = parser.parse_args()
     reports = []
@@ -145,7 +179,8 @@ def main() -> None:
         b, n = (int(x) for x in text.split(","))
         for merge in args.merge:
             case = Case(b, n, 16, 1, fp8=True)
-            rep = timeline(case, args.workers or None, max(args.calls, 3 * len(case.items)), merge)
+            rep = timeline(case, args.workers or None, max(args.calls, 3 * len(case.items)), merge,
+                           args.warp_stamps)
             reports.append(rep)
             print(f"case B{b} N{n} W{rep['workers']} merge={merge}: {rep['calls']} calls (us after the call's "
                   f"first start: median over programs / latest)")
