@@ -377,7 +377,10 @@ WS16_KERNEL: str | None = None
 # Whether the register-operand kernel merges split sequences itself (the last of a sequence's workers to finish
 # merges its pieces, `kernels.gluon_common.merge_if_last`) instead of the combine kernel running after it. The
 # count of arrivals lives in the plan's schedule, so two decodes must not run with one plan at the same time.
-WS16_RS_MERGE = True
+# Off: on the H200 (BENCHMARKS.md, twenty-fifth session) it saved the combine's 3 us where no sequence was split
+# (B128 N4096) but cost 1-3 us more than the combine where every one was (B64 N4096: the arrival's fence and the
+# merge's round trips, 3 to 5 us, sit at the end of the last piece).
+WS16_RS_MERGE = False
 
 
 def pieces_are_long(batch: int, max_cache_length: int, num_workers: int) -> bool:
