@@ -18,10 +18,10 @@ work out of patched copies of the kernel:
   `_p_at_v`: benchmarks/results/session-23/rs-ablate-0d38640.txt);
 - `no-scm`: no per-block maximum of the keys' scales (the P range check's `f` stays at g: never a redo for
   scales); `static-q`: the logits' q chunks indexed statically (no `opaque_zero`);
-- `no-qscale` / `c0-no-qscale` / `c1-no-qscale`: both consumers (consumer 0 only, consumer 1 only) take q's
-  per-row power of two as 1 instead of computing it (`_q_scale`): the twenty-fifth session's timeline
-  (rs_timeline.py --warp-stamps) showed consumer 0's `_q_scale` taking 3.5 us at a piece's start, consumer 1's
-  0.35; `c0-no-widen`: consumer 0 leaves q's fp16 copy unwritten (no `_q_scale`, no chunks);
+- `no-qscale`: consumer 1 (which widens q for both since the twenty-fifth session) takes q's per-row power of
+  two as 1 instead of computing it (`_q_scale`). (Before that session each consumer widened its own copy and
+  `c0-no-qscale`, `c1-no-qscale`, `c0-no-widen` took the work out of one of them: consumer 0's widening cost
+  about 3 us a call, benchmarks/results/session-25/rs-ablate-4b4d32f.txt);
 - `hack-6` / `hack-8`: consumer 1 shares consumer 0's fp16 q (both write it at a piece's start: a race) and the
   merge buffer holds one chunk (the others overwrite it), with 6 / 8 ring slots: whether more slots (bytes in
   flight) would pay for a kernel that frees the shared memory for them honestly.
@@ -105,11 +105,11 @@ LOGITS_4ACC = """                    zero = gl.zeros([BLOCK_N, ROWS], gl.float32
                     s_lat = (s_0 + s_1) + (s_2 + s_3)
 """
 ROPE_RS = """                    a_rope = rope_pairs.index(pr).load(_dot_a())
-                    s_rope = warpgroup_mma(a_rope, qrp_s.permute((1, 0)), gl.zeros([BLOCK_N, ROWS], gl.float32, layout),
+                    s_rope = warpgroup_mma(a_rope, qrp_s.index(qb).permute((1, 0)), gl.zeros([BLOCK_N, ROWS], gl.float32, layout),
                                            use_acc=False, is_async=True)
 """
 ROPE_SS = """                    a_rope = gl.zeros([BLOCK_N, ROWS], gl.float32, layout)
-                    s_rope = warpgroup_mma(rope_pairs.index(pr), qrp_s.permute((1, 0)),
+                    s_rope = warpgroup_mma(rope_pairs.index(pr), qrp_s.index(qb).permute((1, 0)),
                                            gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False, is_async=True)
 """
 PASS_LOOP = """                for i in range((c0 + WG) % 2, n_blocks, 2):
@@ -168,7 +168,7 @@ def _source(name: str) -> str:
         patch.sub("                    f = _pow2_below(gl.convert_layout(gl.max(scm_s.index(rb).load(_red_layout()), axis=0), col_l))\n",
                   "                    f = g_i\n")
     if name == "static-q":
-        patch.sub("                    dyn = opaque_zero(c)\n", "                    dyn = 0\n")
+        patch.sub("                    dyn = qb * N_CHUNKS + opaque_zero(c)\n", "                    dyn = qb * N_CHUNKS\n")
     if name.startswith("hack-"):
         patch.sub("    q16_b = gl.allocate_shared_memory(gl.float16, [N_CHUNKS, ROWS, CHUNK], _bf16_tile())\n",
                   "    q16_b = q16_a\n")
@@ -180,33 +180,21 @@ def _source(name: str) -> str:
             patch.sub(f"ox_s.index({k})", "ox_s.index(0)", count=2)
     if name == "loader-only":
         patch.sub(BLOCK_LOOP, PASS_LOOP)
-    if name in QSCALE_SKIPS:
+    if name == "no-qscale":
         ones = "gl.full([ROWS], 1.0, gl.float32, col_l)"
-        patch.sub("                up, down = _q_scale(q_s, col_l)\n",
-                  f"                if {QSCALE_SKIPS[name]}:\n                    up = {ones}\n                    down = {ones}\n"
-                  "                else:\n                    up, down = _q_scale(q_s, col_l)\n")
-    if name == "c0-no-widen":
-        patch.sub("""                for ch in gl.static_range(N_CHUNKS):
-                    _q_chunk_f16(q_s, q16_s, ch, up)
-""", """                if WG == 1:
-                    for ch in gl.static_range(N_CHUNKS):
-                        _q_chunk_f16(q_s, q16_s, ch, up)
-""")
-        patch.sub("                up, down = _q_scale(q_s, col_l)\n",
-                  "                up = gl.full([ROWS], 1.0, gl.float32, col_l)\n                down = up\n"
-                  "                if WG == 1:\n                    up, down = _q_scale(q_s, col_l)\n")
+        patch.sub("                    up, down = _q_scale(q_s, col_l)\n",
+                  f"                    up = {ones}\n                    down = {ones}\n")
     return patch.src
 
 
-# which consumers skip `_q_scale` (the condition on WG in the patched source)
-QSCALE_SKIPS = {"no-qscale": "True", "c0-no-qscale": "WG == 0", "c1-no-qscale": "WG == 1"}
+
 
 
 # `dup-pv` and `no-scm` patch the kernel as it was before 10264c8 (P @ V moved into `_p_at_v`) and be0ae8f (the
-# scale check removed): their patch points no longer exist, so they are left out of the default list
+# scale check removed), `hack-6` and `hack-8` as it was before the consumers shared q's fp16 copy (twenty-fifth
+# session): their patch points no longer exist, so they are left out of the default list
 VARIANTS = ["base", "fake-cvt-logits", "fake-cvt-pv", "fake-cvt", "no-logits", "no-pv", "loader-only", "logits-4acc",
-            "rope-ss", "4acc-rope-ss", "dup-logits", "k-early", "hack-6", "hack-8", "static-q", "no-qscale",
-            "c0-no-qscale", "c1-no-qscale", "c0-no-widen"]
+            "rope-ss", "4acc-rope-ss", "dup-logits", "k-early", "static-q", "no-qscale"]
 SLOTS = {"hack-8": 8}
 
 

@@ -32,7 +32,7 @@ from decode_probe import Case
 from stamped_kernels import SourcePatch, load_patched, replay_stamped, stamp_helper
 
 WIDTH = 64  # int64 slots per program: consumer WG at 10 WG + k, the SM id at 31, warp stamps from 32
-# `--warp-stamps`: per warp of each consumer, in its q widening (slot 32 + 16 WG + 4 stage + warp)
+# `--warp-stamps`: per warp of consumer 1, in its q widening (slot 32 + 16 WG + 4 stage + warp)
 WARP_STAGES = ["q_arrived", "q_scaled", "q_chunks", "q_fenced"]
 WARP_HELPER = """
 
@@ -90,14 +90,21 @@ def _patched_source(count_only: bool = False, warp_stamps: bool = False) -> str:
     sub("    wait_for_prior_grid(w)\n", "    wait_for_prior_grid(w)\n" + stamp(0, 4))
     if warp_stamps:
         def warps(stage: int) -> str:
-            return f"                _stamp_warps(stamps_ptr, w, 32 + 16 * WG + {4 * stage})\n"
-        sub("                up, down = _q_scale(q_s, col_l)\n",
-            warps(0) + "                up, down = _q_scale(q_s, col_l)\n" + warps(1))
-        sub("                qrp_s.store(qr_s.load(", warps(2) + "                qrp_s.store(qr_s.load(")
-        sub("                # q is in this consumer's own buffers", warps(3) + "                # q is in this consumer's own buffers")
-    sub("                mbarrier.wait(q_ready, pieces & 1)\n",
-        "                mbarrier.wait(q_ready, pieces & 1)\n" + stamp(1, 16))
-    sub("                mbarrier.arrive(q_empty)\n", stamp(2, 16) + "                mbarrier.arrive(q_empty)\n")
+            return f"                    _stamp_warps(stamps_ptr, w, 32 + 16 * WG + {4 * stage})\n"
+        sub("                    up, down = _q_scale(q_s, col_l)\n",
+            warps(0) + "                    up, down = _q_scale(q_s, col_l)\n" + warps(1))
+        sub("                    qrp_s.index(qb).store(qr_s.load(", warps(2) + "                    qrp_s.index(qb).store(qr_s.load(")
+        sub("                    mbarrier.arrive(q16_ready.index(qb))\n",
+            warps(3) + "                    mbarrier.arrive(q16_ready.index(qb))\n")
+    # q arrived: in q_s (consumer 1, which widens it) or widened (consumer 0); q widened: consumer 1 done
+    # with it (consumer 0: its 2^-e read)
+    sub("                    mbarrier.wait(q_ready, pieces & 1)\n",
+        "                    mbarrier.wait(q_ready, pieces & 1)\n" + stamp(1, 20))
+    sub("                    mbarrier.arrive(q_empty)\n", stamp(2, 20) + "                    mbarrier.arrive(q_empty)\n")
+    sub("                    mbarrier.wait(q16_ready.index(qb), (pieces // 2) & 1)\n",
+        "                    mbarrier.wait(q16_ready.index(qb), (pieces // 2) & 1)\n" + stamp(1, 20))
+    sub("                    down = qd_s.index(qb).load(col_l)\n",
+        "                    down = qd_s.index(qb).load(col_l)\n" + stamp(2, 20))
     first = "i == (c0 + WG) % 2"
     last = "i + 2 >= n_blocks"
     wait = "                    mbarrier.wait(k_ready.index((2 * c + 1) % SLOTS), ((2 * c + 1) // SLOTS) & 1)\n"

@@ -20,9 +20,12 @@ Layout of the work, as in `mla_decode_ws16` (S^T = K q^T and O^T = V^T P^T, keys
   swizzle: 84 against 73 us at B64);
 - consumers 0 (the default 4 warps) and 1 (4 warps): block c of a worker (counted over its pieces) goes to
   consumer c % 2, in ring slot pair c % (SLOTS / 2); each has its own online softmax (the lazy one of
-  `mla_decode_ws16`), its own fp16 copy of q (so q's `q_empty` counts two arrivals) and its own P. At a piece's
-  end consumer 1, if it had a block of the piece, hands (m, l, O) to consumer 0 through shared memory
-  (`merge_full`, `merge_empty`), which merges and writes the rows or the piece's partial.
+  `mla_decode_ws16`) and its own P. Consumer 1 widens each piece's q to fp16 for both, into one of two buffers
+  (`q16_ready`, `q16_empty`: the next piece's q is widened while consumer 0 still reads this one's); when
+  consumer 0 widened its own copy, its start took 3-5 us where consumer 1's took under 1 and held the ring up
+  (BENCHMARKS.md, twenty-fifth session). At a piece's end consumer 1, if it had a block of the piece, hands
+  (m, l, O) to consumer 0 through shared memory (`merge_full`, `merge_empty`), which merges and writes the rows
+  or the piece's partial.
 
 The operands are built without moving data between the loads and the MMAs (only loads, byte permutes and
 conversions in between; checked in the SASS by `benchmarks/experiments/rs_operand_probe.py`):
@@ -151,13 +154,13 @@ def _k_operand(words):
 
 
 @gluon.jit
-def _q_chunk_f16(q_s, q16_s, ch: gl.constexpr, up):
-    """q's latent chunk ch (bf16, `q_s`) as fp16 times `up` (2^e per row) into `q16_s` chunk ch, its columns in
+def _q_chunk_f16(q_s, q16_s, ch: gl.constexpr, dst, up):
+    """q's latent chunk ch (bf16, `q_s`) as fp16 times `up` (2^e per row) into `q16_s` chunk dst, its columns in
     `_k_operand`'s order."""
     layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
     x = q_s.index(ch).load(layout).to(gl.float32) * gl.convert_layout(up, gl.SliceLayout(1, layout))[:, None]
     x = x.reshape([ROWS, 4, 2, 4, 2, 2])  # byte 32 t + 16 g + 4 s + 2 h + e
-    q16_s.index(ch).store(gl.permute(x, (0, 2, 3, 4, 1, 5)).reshape([ROWS, CHUNK]).to(gl.float16))
+    q16_s.index(dst).store(gl.permute(x, (0, 2, 3, 4, 1, 5)).reshape([ROWS, CHUNK]).to(gl.float16))
 
 
 @gluon.constexpr_function
@@ -241,8 +244,8 @@ def _vector_smem():
 
 
 @gluon.jit
-def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat_s, q_ready, q_empty, k_ready,
-              k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr,
+def _consumer(q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat_s, q_ready, q_empty,
+              q16_ready, q16_empty, k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr,
               lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t,
               stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr,
               SLOTS: gl.constexpr, WG: gl.constexpr, MERGE: gl.constexpr):
@@ -271,23 +274,36 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat
             o2 = gl.zeros([CHUNK, ROWS], gl.float32, acc2)
             o3 = gl.zeros([CHUNK, ROWS], gl.float32, acc2)
             if n_blocks > 0:
-                mbarrier.wait(q_ready, pieces & 1)
-                up, down = _q_scale(q_s, col_l)
-                for ch in gl.static_range(N_CHUNKS):
-                    _q_chunk_f16(q_s, q16_s, ch, up)
-                qrp_s.store(qr_s.load(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])))
+                # consumer 1 widens q into the piece's buffer qb (of two: the next piece's q is widened while
+                # consumer 0 still reads this one) for both; consumer 0 waits for it (widening it itself took
+                # consumer 0 3-5 us at a piece's start where consumer 1 took under 1, and held the ring up:
+                # BENCHMARKS.md, twenty-fifth session)
+                qb = pieces % 2
+                if WG == 1:
+                    # the buffer's previous piece (pieces - 2) released by consumer 0
+                    mbarrier.wait(q16_empty.index(qb), ((pieces // 2) & 1) ^ 1)
+                    mbarrier.wait(q_ready, pieces & 1)
+                    up, down = _q_scale(q_s, col_l)
+                    for ch in gl.static_range(N_CHUNKS):
+                        _q_chunk_f16(q_s, q16_s, ch, qb * N_CHUNKS + ch, up)
+                    qrp_s.index(qb).store(qr_s.load(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])))
+                    qd_s.index(qb).store(down)
+                    fence_async_shared()
+                    gl.thread_barrier()
+                    mbarrier.arrive(q16_ready.index(qb))
+                    # q_s and qr_s may take the next piece's q
+                    mbarrier.arrive(q_empty)
+                else:
+                    mbarrier.wait(q16_ready.index(qb), (pieces // 2) & 1)
+                    down = qd_s.index(qb).load(col_l)
                 qk_lat = down * qk_scale
-                fence_async_shared()
-                gl.thread_barrier()
-                # q is in this consumer's own buffers: one of q_empty's two arrivals
-                mbarrier.arrive(q_empty)
                 pieces += 1
                 for i in range((c0 + WG) % 2, n_blocks, 2):
                     c = c0 + i
                     pr = c % (SLOTS // 2)
                     rb = (c // 2) % 2  # this consumer's blocks alternate the maxima buffers
                     k0 = k_lo + i * BLOCK_N
-                    dyn = opaque_zero(c)
+                    dyn = qb * N_CHUNKS + opaque_zero(c)
                     # the pair's previous block (c - SLOTS / 2: the other consumer's, SLOTS / 2 being odd) must
                     # have been released first: while its copies are in flight, k_ready is a phase behind and
                     # the parity wait below would pass at once on the phase before (reading a stale slot,
@@ -298,7 +314,7 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat
                     mbarrier.wait(k_ready.index((2 * c) % SLOTS), ((2 * c) // SLOTS) & 1)
                     mbarrier.wait(k_ready.index((2 * c + 1) % SLOTS), ((2 * c + 1) // SLOTS) & 1)
                     a_rope = rope_pairs.index(pr).load(_dot_a())
-                    s_rope = warpgroup_mma(a_rope, qrp_s.permute((1, 0)), gl.zeros([BLOCK_N, ROWS], gl.float32, layout),
+                    s_rope = warpgroup_mma(a_rope, qrp_s.index(qb).permute((1, 0)), gl.zeros([BLOCK_N, ROWS], gl.float32, layout),
                                            use_acc=False, is_async=True)
                     a_0 = _k_operand(raw_s.index(4 * pr + 0).load(_k_words()))
                     s_lat = warpgroup_mma(a_0, q16_s.index(dyn).permute((1, 0)),
@@ -358,6 +374,10 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat
                     gl.thread_barrier()
                     mbarrier.arrive(k_empty.index((2 * c) % SLOTS))
                     mbarrier.arrive(k_empty.index((2 * c + 1) % SLOTS))
+                if WG == 0:
+                    # q's buffer back to consumer 1 (consumer 0's last block waited for its MMAs, then for its
+                    # warps at the barrier before the slot's release)
+                    mbarrier.arrive(q16_empty.index(qb))
             l_i = gl.sum(l_cols, axis=0)
             if WG == 1:
                 if other_has:
@@ -426,10 +446,10 @@ def _mla_decode_ws16_rs_kernel(
     w = gl.program_id(0)
     q_s = gl.allocate_shared_memory(gl.bfloat16, [N_CHUNKS, ROWS, CHUNK], q_desc.layout)
     qr_s = gl.allocate_shared_memory(gl.bfloat16, [ROWS, D_ROPE], qr_desc.layout)
-    q16_a = gl.allocate_shared_memory(gl.float16, [N_CHUNKS, ROWS, CHUNK], _bf16_tile())
-    q16_b = gl.allocate_shared_memory(gl.float16, [N_CHUNKS, ROWS, CHUNK], _bf16_tile())
-    qrp_a = gl.allocate_shared_memory(gl.bfloat16, [ROWS, D_ROPE], qr_desc.layout)
-    qrp_b = gl.allocate_shared_memory(gl.bfloat16, [ROWS, D_ROPE], qr_desc.layout)
+    # q as the MMAs read it (fp16 latent chunks, bf16 rope, the rows' 2^-e), two pieces' worth
+    q16_s = gl.allocate_shared_memory(gl.float16, [2 * N_CHUNKS, ROWS, CHUNK], _bf16_tile())
+    qrp_s = gl.allocate_shared_memory(gl.bfloat16, [2, ROWS, D_ROPE], qr_desc.layout)
+    qd_s = gl.allocate_shared_memory(gl.float32, [2, ROWS], _vector_smem())
     raw_s = gl.allocate_shared_memory(gl.int32, [SLOTS // 2 * N_CHUNKS, BLOCK_N, CHUNK // 4], _sw128_i32())
     rr_s = gl.allocate_shared_memory(gl.int32, [SLOTS // 2, BLOCK_N, D_ROPE // 2], _sw128_i32())
     sc_s = gl.allocate_shared_memory(gl.float32, [SLOTS, HALF], gl.SwizzledSharedLayout(1, 1, 1, [0]))
@@ -446,23 +466,28 @@ def _mla_decode_ws16_rs_kernel(
     q_empty = qb.index(1)
     merge_full = qb.index(2)
     merge_empty = qb.index(3)
+    q16_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q16_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(SLOTS):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(k_empty.index(i), count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(q16_ready.index(i), count=1)
+        mbarrier.init(q16_empty.index(i), count=1)
     mbarrier.init(q_ready, count=1)
-    mbarrier.init(q_empty, count=2)
+    mbarrier.init(q_empty, count=1)
     mbarrier.init(merge_full, count=1)
     mbarrier.init(merge_empty, count=1)
     fence_async_shared()
 
     gl.warp_specialize([
-        (_consumer, (q_s, qr_s, q16_a, qrp_a, raw_s, rr_s, sc_s, p_a, red_a, ox_s, stat_s, q_ready, q_empty,
-                     k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr,
+        (_consumer, (q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_a, red_a, ox_s, stat_s, q_ready, q_empty,
+                     q16_ready, q16_empty, k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr,
                      sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window,
                      qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r,
                      stride_pl_s, HAS_SINK, SLOTS, 0, MERGE)),
-        (_consumer, (q_s, qr_s, q16_b, qrp_b, raw_s, rr_s, sc_s, p_b, red_b, ox_s, stat_s, q_ready, q_empty,
-                     k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr,
+        (_consumer, (q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_b, red_b, ox_s, stat_s, q_ready, q_empty,
+                     q16_ready, q16_empty, k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr,
                      sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window,
                      qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r,
                      stride_pl_s, HAS_SINK, SLOTS, 1, MERGE)),
