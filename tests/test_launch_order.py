@@ -34,6 +34,7 @@ CASES = [
     ("decode-ws", "dense warp-specialized Gluon kernel"),
     ("decode-ws16", "dense warp-specialized 16-row Gluon kernel, rope-aware FP8"),
     ("decode-ws16-rs", "dense warp-specialized 16-row Gluon kernel with register operands, rope-aware FP8"),
+    ("decode-ws16-rs-merge", "the same with its in-kernel merge of split sequences"),
     ("decode-bf16-h16", "dense Triton kernel"),
     ("decode-fp8-h128", "dense Triton kernel, FP8"),
     ("combine-p2-r4-dv512-w4", "dense combine"),
@@ -238,8 +239,9 @@ def test_ws16_rs_merge_arrival_is_ordered(compiled):
     stores its piece's partial, one thread counts the arrival with an acq_rel atomic, and the last worker to
     arrive reads the others' partials. The atomic must come after a barrier that follows every warp's stores
     (else another warp's stores could land after the count), and the merge's loads of the partials bypass L1
-    (`.cg`). With the barriers taken out, the check flags the atomic."""
-    lines = compiled("decode-ws16-rs").splitlines()
+    (`.cg`). With the barriers taken out, the check flags the atomic. (The merge is off by default,
+    `_triton_decode.WS16_RS_MERGE`: the case compiles it in; without it the kernel has no atomic at all.)"""
+    lines = compiled("decode-ws16-rs-merge").splitlines()
     found, bad = arrivals_after_unsynchronized_stores(lines)
     assert found == 1, f"expected one arrival atomic in the kernel, found {found}"
     assert not bad, f"arrival atomics with stores after the barrier before them at PTX lines {bad}"
