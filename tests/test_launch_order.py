@@ -212,17 +212,17 @@ def test_ws16_fences_before_it_releases_a_slot(case, compiled):
         "the check does not see a fence too late"
 
 
-ARRIVAL = re.compile(r"\batom\.global\.gpu\.acq_rel\.add\b")
+PUBLISH = re.compile(r"\batom\.global\.gpu\.release\.add\b")
 PTX_BARRIER = re.compile(r"\b(bar|barrier)\.sync\b")
 
 
-def arrivals_after_unsynchronized_stores(lines: list[str]) -> tuple[int, list[int]]:
-    """(the PTX's acq_rel arrival atomics, the indices of those that a global store reaches, scanning back, before
-    a barrier does): the arriving thread releases the whole partition's partial, so every warp's stores must come
-    before a barrier that comes before the atomic."""
+def publishes_after_unsynchronized_stores(lines: list[str]) -> tuple[int, list[int]]:
+    """(the PTX's release atomics, the indices of those that a global store reaches, scanning back, before a
+    barrier does): the publishing thread releases the whole partition's partial, so every warp's stores must
+    come before a barrier that comes before the atomic."""
     found, bad = 0, []
     for i, line in enumerate(lines):
-        if not ARRIVAL.search(line):
+        if not PUBLISH.search(line):
             continue
         found += 1
         for prev in reversed(lines[:i]):
@@ -234,17 +234,21 @@ def arrivals_after_unsynchronized_stores(lines: list[str]) -> tuple[int, list[in
     return found, bad
 
 
-def test_ws16_rs_merge_arrival_is_ordered(compiled):
-    """The register kernel merges split sequences itself (`kernels.gluon_common.merge_if_last`): consumer 0
-    stores its piece's partial, one thread counts the arrival with an acq_rel atomic, and the last worker to
-    arrive reads the others' partials. The atomic must come after a barrier that follows every warp's stores
-    (else another warp's stores could land after the count), and the merge's loads of the partials bypass L1
-    (`.cg`). With the barriers taken out, the check flags the atomic. (The merge is off by default,
+def test_ws16_rs_merge_is_ordered(compiled):
+    """The register kernel can merge split sequences itself (`mla_decode_ws16_rs._finish_merging`): a split
+    piece counts its arrival (relaxed), the last to arrive waits (acquire loads) until the others have published
+    their partials and reads them, bypassing L1 (`.cg`); the others store their partial, then publish it with a
+    release atomic. That atomic must come after a barrier that follows every warp's stores (else another warp's
+    stores could land after it). With the barriers taken out, the check flags it. (The merge is off by default,
     `_triton_decode.WS16_RS_MERGE`: the case compiles it in; without it the kernel has no atomic at all.)"""
     lines = compiled("decode-ws16-rs-merge").splitlines()
-    found, bad = arrivals_after_unsynchronized_stores(lines)
-    assert found == 1, f"expected one arrival atomic in the kernel, found {found}"
-    assert not bad, f"arrival atomics with stores after the barrier before them at PTX lines {bad}"
+    found, bad = publishes_after_unsynchronized_stores(lines)
+    assert found == 1, f"expected one publishing atomic in the kernel, found {found}"
+    assert not bad, f"publishing atomics with stores after the barrier before them at PTX lines {bad}"
     stripped = [line for line in lines if not PTX_BARRIER.search(line)]
-    assert len(arrivals_after_unsynchronized_stores(stripped)[1]) == 1, "the check does not see a missing barrier"
+    assert len(publishes_after_unsynchronized_stores(stripped)[1]) == 1, "the check does not see a missing barrier"
+    assert sum("atom.global.gpu.relaxed.add" in line for line in lines) == 1, "expected one counted arrival"
+    assert any("ld.global.gpu.acquire" in line for line in lines), "the last arrival must wait with acquire loads"
     assert any("ld.global.cg" in line for line in lines), "the merge's loads of the partials must bypass L1"
+    assert not any(PUBLISH.search(line) or "atom.global" in line for line in compiled("decode-ws16-rs").splitlines()), \
+        "the kernel without the merge counts nothing"

@@ -8,13 +8,12 @@ Like `ws16_timeline.py`: a copy of the kernel module with `%globaltimer` stamps 
 into the launcher (workers: 0 takes the plan's own count). Each consumer stamps, for its program's last piece:
 its wait for the previous kernel passed (`start`), q arrived, q widened, its first block of the piece arrived
 and done, its last block arrived and done, the merge handed over (consumer 1) or done (consumer 0), the
-piece's rows or partial written (consumer 0), and its split sequence's arrival counted, merged if it was the
-last (`merged`, consumer 0: `gluon_common.merge_if_last`). Printed for a middle call: the medians over programs
-of each stamp, in us after the call's earliest `start`, and the latest stamp; `merged - written` per program.
-`--merge`: `shipped` (the in-kernel merge), `count-only` (the arrivals counted, no merge: a bound; the counts
-are not reset), `combine` (`WS16_RS_MERGE` off: partials, the combine kernel after). `--warp-stamps`: each
-consumer warp stamps its q widening (q arrived, scaled, chunks stored, fenced). Not a harness: times are
-only what the stamps see (16 heads, one token, FP8).
+piece's rows, its partial or (the in-kernel merge's last arrival) the merged rows written (consumer 0). Printed
+for a middle call: the medians over programs of each stamp, in us after the call's earliest `start`, and the
+latest stamp. `--merge`: `in-kernel` (`_triton_decode.WS16_RS_MERGE` on: split sequences merged by their last
+worker), `combine` (off: partials, the combine kernel after). `--warp-stamps`: each warp of consumer 1 stamps
+its q widening (q arrived, scaled, chunks stored, fenced). Not a harness: times are only what the stamps see
+(16 heads, one token, FP8).
 """
 
 from __future__ import annotations
@@ -45,36 +44,19 @@ def _stamp_warps(ptr, w, k: gl.constexpr):
     gl.store(ptr + w * WIDTH_ + k + lane // 32, t, mask=lane % 32 == 0)
 """
 NAMES = ["start", "q_arrived", "q_widened", "first_block_in", "first_block_done", "last_block_in",
-         "last_block_done", "merge", "written", "merged"]
+         "last_block_done", "merge", "written"]
 
 
-def _merge_source(count_only: bool) -> str:
-    """`gluon_common.merge_if_last`'s source, renamed (`_merge_patched`), with count_only its merge cut."""
-    import inspect
-
-    from pagedmla.kernels import gluon_common
-    src = inspect.getsource(gluon_common.merge_if_last.fn)
-    src = src[src.index("def merge_if_last("):].replace("def merge_if_last(", "def _merge_patched(")
-    if count_only:
-        patch = SourcePatch(src)
-        patch.sub("        if ticket == last - first:\n", "        if ticket < 0:\n")
-        src = patch.src
-    return "\n\n@gluon.jit\n" + src
-
-
-def _patched_source(count_only: bool = False, warp_stamps: bool = False) -> str:
+def _patched_source(warp_stamps: bool = False) -> str:
     import pagedmla.kernels.mla_decode_ws16_rs as rs
     patch = SourcePatch(pathlib.Path(rs.__file__).read_text())
     sub = patch.sub
     for rel in ("gluon_common", "mla_decode_ws16", "mla_decode_ws"):
         sub(f"from .{rel} ", f"from pagedmla.kernels.{rel} ")
-    sub("from pagedmla.kernels.gluon_common import D_ROPE, ",
-        "from pagedmla.kernels.gluon_common import D_LAT, _piece_slot, D_ROPE, ")
-    helpers = stamp_helper(WIDTH, 31, "w") + _merge_source(count_only)
+    helpers = stamp_helper(WIDTH, 31, "w")
     if warp_stamps:
         helpers += WARP_HELPER.replace("WIDTH_", str(WIDTH))
     sub("\n\n@gluon.jit\ndef _consumer(", helpers + "\n\n@gluon.jit\ndef _consumer(")
-    sub("                    merge_if_last(w, b,", "                    _merge_patched(w, b,")
     sub("              SLOTS: gl.constexpr, WG: gl.constexpr, MERGE: gl.constexpr):\n",
         "              SLOTS: gl.constexpr, WG: gl.constexpr, MERGE: gl.constexpr, stamps_ptr):\n")
     sub("HAS_SINK, SLOTS, 0, MERGE)),", "HAS_SINK, SLOTS, 0, MERGE, stamps_ptr)),")
@@ -114,21 +96,19 @@ def _patched_source(count_only: bool = False, warp_stamps: bool = False) -> str:
     sub("                    mbarrier.arrive(merge_full)\n", "                    mbarrier.arrive(merge_full)\n" + stamp(7, 20))
     sub("                    mbarrier.arrive(merge_empty)\n",
         "                    mbarrier.arrive(merge_empty)\n" + stamp(7, 20))
-    end = "stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK, True)\n"
-    sub(end, end + stamp(8, 16))
-    merged = "                                  stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, ROWS, 4, HAS_SINK)\n"
-    sub(merged, merged + stamp(9, 20))
+    end = "                                  True)\n        c0 += n_blocks\n"
+    sub(end, "                                  True)\n" + stamp(8, 16) + "        c0 += n_blocks\n")
     return patch.src
 
 
-def timeline(case: Case, workers: int | None, calls: int, merge: str = "shipped", warp_stamps: bool = False) -> dict:
+def timeline(case: Case, workers: int | None, calls: int, merge: str = "in-kernel", warp_stamps: bool = False) -> dict:
     from pagedmla.configs.decode import WS16
     from pagedmla.ops import _triton_decode
     plan = case.plan(workers)
     n_workers = plan.num_partitions
     stamps = torch.zeros(calls, n_workers, WIDTH, dtype=torch.int64, device="cuda")
     kernel = load_patched(f"mla_decode_ws16_rs_stamped_{merge.replace('-', '_')}_{int(warp_stamps)}",
-                          _patched_source(merge == "count-only", warp_stamps))._mla_decode_ws16_rs_kernel
+                          _patched_source(warp_stamps))._mla_decode_ws16_rs_kernel
     run = case.run
     case.run = lambda p, cfg, combine=None: run(p, WS16, combine)
     before, before_merge = _triton_decode.WS16_KERNEL, _triton_decode.WS16_RS_MERGE
@@ -150,12 +130,6 @@ def timeline(case: Case, workers: int | None, calls: int, merge: str = "shipped"
                 rel = (col - t0).double() / 1000
                 report[f"c{wg}.{name}"] = {"median": round(statistics.median(rel.tolist()), 2),
                                           "max": round(float(rel.max()), 2), "programs": len(col)}
-    spent = s[:, 9] - s[:, 8]
-    spent = spent[(s[:, 8] > 0) & (s[:, 9] > 0)]
-    if len(spent):
-        rel = spent.double() / 1000
-        report["c0.merged-written"] = {"median": round(statistics.median(rel.tolist()), 2),
-                                       "max": round(float(rel.max()), 2), "programs": len(spent)}
     report["latest"] = {"median": round((int(s[:, :31].max()) - t0) / 1000, 2), "max": 0.0, "programs": 1}
     if warp_stamps:
         for wg in (0, 1):
@@ -176,7 +150,7 @@ def main() -> None:
     parser.add_argument("--case", action="append", default=[], help="B,N (16 heads, one token, FP8)")
     parser.add_argument("--workers", type=int, default=0, help="0: the plan's own count")
     parser.add_argument("--calls", type=int, default=12)
-    parser.add_argument("--merge", nargs="*", default=["shipped"], choices=["shipped", "count-only", "combine"])
+    parser.add_argument("--merge", nargs="*", default=["in-kernel"], choices=["in-kernel", "combine"])
     parser.add_argument("--warp-stamps", action="store_true",
                         help="stamp each consumer warp's q widening (q arrived, scaled, chunks stored, fenced)")
     parser.add_argument("--json")

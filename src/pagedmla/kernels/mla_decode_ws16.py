@@ -440,6 +440,23 @@ def _finish_piece(o0, o1, o2, o3, m_i, l_i, whole, b, first_seq, w, row_start, n
         gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, eviction_policy="evict_last")
 
 
+@gluon.constexpr_function
+def column_order_layout():
+    """An output chunk `[CHUNK columns, ROWS]` in column order, four columns of four rows a thread (vectors along
+    the row in memory)."""
+    return gl.BlockedLayout([4, 1], [32, 1], [1, 4], [0, 1])
+
+
+@gluon.jit
+def to_column_order(acc, dtype: gl.constexpr):
+    """`mla_decode_ws16_rs`'s relabeled accumulator chunk (row m = 64 a + 16 w + 8 h + r holds column
+    32 w + 4 r + 2 a + h) in column order, as `dtype`, in `column_order_layout()`: the register tensor's axes
+    reordered ((a, w, h, r) -> (w, r, a, h): no data moves), then converted through shared memory."""
+    val = gl.reshape(acc, [2, 4, 2, 8, ROWS])
+    val = gl.permute(val, (1, 3, 0, 2, 4)).reshape([CHUNK, ROWS])
+    return gl.convert_layout(val.to(dtype), column_order_layout())
+
+
 @gluon.jit
 def _store_chunk(ptr, row_off, ch: gl.constexpr, acc, inv, rows_ok, KEEP: gl.constexpr, RELABELED: gl.constexpr):
     """Output chunk ch (O^T `[128, 16]`: column ch * 128 + m of row n) times the rows' `inv` to
@@ -447,14 +464,12 @@ def _store_chunk(ptr, row_off, ch: gl.constexpr, acc, inv, rows_ok, KEEP: gl.con
     (see `mla_sparse_decode_ring._store_rows`). RELABELED (`mla_decode_ws16_rs._v_operand`): chunk row
     m = 64 a + 16 w + 8 h + r holds column 32 w + 4 r + 2 a + h."""
     if RELABELED:
-        # the register tensor put in column order ((a, w, h, r) -> (w, r, a, h): no data moves), then through
-        # shared memory into four columns of four rows a thread, so that the stores are vectors along the row:
-        # 16 bytes of float32 partials, 8 of bf16 rows (in the accumulator's relabeled layout they were 4-byte
-        # stores 16 bytes apart: 3.6 us for a piece's partial at B64 N4096, BENCHMARKS.md, twenty-third session)
-        layout: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, 4], [0, 1])
-        val = gl.reshape(acc * inv[None, :], [2, 4, 2, 8, ROWS])
-        val = gl.permute(val, (1, 3, 0, 2, 4)).reshape([CHUNK, ROWS])
-        val = gl.convert_layout(val.to(ptr.dtype.element_ty), layout)
+        # through shared memory into four columns of four rows a thread, so that the stores are vectors along the
+        # row: 16 bytes of float32 partials, 8 of bf16 rows (in the accumulator's relabeled layout they were
+        # 4-byte stores 16 bytes apart: 3.6 us for a piece's partial at B64 N4096, BENCHMARKS.md, twenty-third
+        # session)
+        layout: gl.constexpr = column_order_layout()
+        val = to_column_order(acc * inv[None, :], ptr.dtype.element_ty)
         cols = ch * CHUNK + gl.arange(0, CHUNK, gl.SliceLayout(1, layout))
         row_off = gl.convert_layout(row_off, gl.SliceLayout(0, layout))
         rows_ok = gl.convert_layout(rows_ok, gl.SliceLayout(0, layout))

@@ -63,7 +63,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .gluon_common import D_ROPE, merge_if_last, opaque_zero, wait_for_prior_grid
+from .gluon_common import D_ROPE, LN2, opaque_zero, wait_for_prior_grid
 from .mla_decode_ws import _no_inf, _piece
 from .mla_decode_ws16 import (
     BLOCK_N,
@@ -78,6 +78,8 @@ from .mla_decode_ws16 import (
     _loader,
     _red_layout,
     _span,
+    column_order_layout,
+    to_column_order,
 )
 
 # four e4m3 bytes ($4) -> four fp16 values (bytes 0..3), the native conversion (exact)
@@ -236,6 +238,122 @@ def _q_scale(q_s, col_l: gl.constexpr):
 def _store_p(p_s, s_p, m, sgn):
     """P^T = 2^(s + log2 |scale| - m) sgn(scale) (`s_p` = s + log2 |scale|, keys x rows) into `p_s` as fp16."""
     p_s.store(gl.permute((gl.exp2(s_p - m[None, :]) * sgn).to(gl.float16), (1, 0)))
+
+
+# a sequence's count in its schedule row (4th int): arrivals (low 16 bits) and published partials (high bits)
+ARRIVED = gl.constexpr(1)
+PUBLISHED = gl.constexpr(1 << 16)
+
+
+@gluon.jit
+def _fold_piece(acc0, acc1, acc2, acc3, m, l, lse_p, c0, c1, c2, c3):
+    """Running merge by LSE (natural log): a piece's normalized chunks c0..c3 of LSE lse_p into (acc, m, l),
+    as `_mla_decode_combine_kernel` merges."""
+    m_new = gl.maximum(m, lse_p)
+    m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = gl.exp(m - m_safe)
+    wp = gl.exp(lse_p - m_safe)
+    l = l * alpha + wp
+    acc0 = acc0 * alpha[None, :] + c0 * wp[None, :]
+    acc1 = acc1 * alpha[None, :] + c1 * wp[None, :]
+    acc2 = acc2 * alpha[None, :] + c2 * wp[None, :]
+    acc3 = acc3 * alpha[None, :] + c3 * wp[None, :]
+    return acc0, acc1, acc2, acc3, m_new, l
+
+
+@gluon.jit
+def _merge_split_sequence(o0, o1, o2, o3, m_i, l_i, w, first, last, first_slot, row_start, num_q, num_heads,
+                          sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h,
+                          stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l: gl.constexpr,
+                          HAS_SINK: gl.constexpr):
+    """The last of a split sequence's workers to arrive: its own piece (chunks o0..o3 over l_i, running maxima
+    m_i in base 2) merged with the other pieces' published partials (slots numbered as the combine kernel's)
+    into `out` / `lse`, in `column_order_layout()` (four columns of a row a thread: 16-byte loads)."""
+    layout: gl.constexpr = column_order_layout()
+    row_l: gl.constexpr = gl.SliceLayout(0, layout)
+    rows = gl.arange(0, ROWS, row_l)
+    rows_ok = rows < num_q * num_heads
+    cols = gl.arange(0, CHUNK, gl.SliceLayout(1, layout))
+    has = l_i > 0.0
+    own = gl.convert_layout(gl.where(has, 1.0 / gl.where(has, l_i, 1.0), 0.0), col_l)
+    lse_own = gl.convert_layout(gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) * LN2, float("-inf")), row_l)
+    zero = gl.zeros([CHUNK, ROWS], gl.float32, layout)
+    acc0, acc1, acc2, acc3, m, l = _fold_piece(
+        zero, zero, zero, zero, gl.full([ROWS], float("-inf"), gl.float32, row_l), gl.zeros([ROWS], gl.float32, row_l),
+        lse_own, to_column_order(o0 * own[None, :], gl.float32), to_column_order(o1 * own[None, :], gl.float32),
+        to_column_order(o2 * own[None, :], gl.float32), to_column_order(o3 * own[None, :], gl.float32))
+    part = rows.to(gl.int64)[None, :] * stride_po_r + cols[:, None]
+    for p in range(last - first + 1):
+        if first + p != w:
+            slot = gl.where(p == 0, first_slot, 2 * (first + p)).to(gl.int64)
+            ptr = part_out_ptr + slot * stride_po_s + part
+            lse_p = gl.load(part_lse_ptr + slot * stride_pl_s + rows, mask=rows_ok, other=float("-inf"),
+                            cache_modifier=".cg")
+            c0 = gl.load(ptr, mask=rows_ok[None, :], other=0.0, cache_modifier=".cg")
+            c1 = gl.load(ptr + CHUNK, mask=rows_ok[None, :], other=0.0, cache_modifier=".cg")
+            c2 = gl.load(ptr + 2 * CHUNK, mask=rows_ok[None, :], other=0.0, cache_modifier=".cg")
+            c3 = gl.load(ptr + 3 * CHUNK, mask=rows_ok[None, :], other=0.0, cache_modifier=".cg")
+            acc0, acc1, acc2, acc3, m, l = _fold_piece(acc0, acc1, acc2, acc3, m, l, lse_p, c0, c1, c2, c3)
+    ok = l > 0.0
+    m_safe = gl.where(m == float("-inf"), 0.0, m)
+    lse = gl.where(ok, m_safe + gl.log(gl.where(ok, l, 1.0)), float("-inf"))
+    inv = gl.where(ok, 1.0 / gl.where(ok, l, 1.0), 0.0)
+    heads = rows % num_heads
+    if HAS_SINK:
+        # e^lse / (e^lse + e^sink): a +inf sink gives 0
+        sink = gl.load(sink_ptr + heads, mask=rows_ok, other=float("-inf"))
+        inv = gl.where(ok, inv / (1.0 + gl.exp(sink - gl.where(ok, lse, 0.0))), 0.0)
+    tok = (row_start + rows // num_heads).to(gl.int64)
+    o_row = out_ptr + tok * stride_o_t + heads.to(gl.int64) * stride_o_h
+    dt: gl.constexpr = out_ptr.dtype.element_ty
+    gl.store(o_row[None, :] + cols[:, None], (acc0 * inv[None, :]).to(dt), mask=rows_ok[None, :])
+    gl.store(o_row[None, :] + (CHUNK + cols)[:, None], (acc1 * inv[None, :]).to(dt), mask=rows_ok[None, :])
+    gl.store(o_row[None, :] + (2 * CHUNK + cols)[:, None], (acc2 * inv[None, :]).to(dt), mask=rows_ok[None, :])
+    gl.store(o_row[None, :] + (3 * CHUNK + cols)[:, None], (acc3 * inv[None, :]).to(dt), mask=rows_ok[None, :])
+    gl.store(lse_ptr + tok * stride_lse_t + heads.to(gl.int64) * stride_lse_h, lse, mask=rows_ok)
+
+
+@gluon.jit
+def _finish_merging(o0, o1, o2, o3, m_i, l_i, whole, b, first_seq, w, num_workers, row_start, num_q, num_heads,
+                    schedule_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h,
+                    stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l: gl.constexpr,
+                    HAS_SINK: gl.constexpr):
+    """`_finish_piece` with the split sequences merged in the kernel (`MERGE`) instead of by the combine kernel.
+
+    A split piece counts its arrival first (a relaxed atomic on the sequence's schedule row: nothing to publish
+    yet). The last to arrive waits until the others have published their partials, merges them with its own
+    piece (still in registers: it never stores it) into `out` / `lse` and sets the count back to 0 for the next
+    call with the plan; the others store their partial, then publish it (the partition's barrier after every
+    warp's stores, then one thread's release atomic). The last one waits only on workers that have arrived, so
+    are running and have nothing left to wait for: no deadlock whatever the number of programs. The merge's
+    cost is at the end of the last piece: the earlier design that stored every partial and counted arrivals
+    after (acq_rel) took 2.5-3 us more there at B64 N4096 (BENCHMARKS.md, twenty-fifth session)."""
+    seq = schedule_ptr + (1 + num_workers + b) * 4
+    first = gl.load(seq)
+    last = gl.load(seq + 1)
+    first_slot = gl.load(seq + 2)
+    # a whole sequence has first == last; a worker outside [first, last] has no slot the merge reads (the plan
+    # gives it no keys of b)
+    split = (whole == 0) & (first < last) & (w >= first) & (w <= last)
+    is_last = False
+    if split:
+        ticket = gl.atomic_add(seq + 3, ARRIVED, sem="relaxed", scope="gpu") & (PUBLISHED - 1)
+        is_last = ticket == last - first
+    if is_last:
+        published = gl.atomic_add(seq + 3, 0, sem="acquire", scope="gpu") // PUBLISHED
+        while published < last - first:
+            published = gl.atomic_add(seq + 3, 0, sem="acquire", scope="gpu") // PUBLISHED
+        gl.store(seq + 3, 0)
+        _merge_split_sequence(o0, o1, o2, o3, m_i, l_i, w, first, last, first_slot, row_start, num_q, num_heads,
+                              sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h,
+                              stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK)
+    else:
+        _finish_piece(o0, o1, o2, o3, m_i, l_i, whole, b, first_seq, w, row_start, num_q, num_heads, sink_ptr,
+                      out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h, stride_lse_t,
+                      stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK, True)
+        if split:
+            gl.thread_barrier()
+            gl.atomic_add(seq + 3, PUBLISHED, sem="release", scope="gpu")
 
 
 @gluon.constexpr_function
@@ -419,13 +537,16 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s
                     gl.thread_barrier()
                     mbarrier.arrive(merge_empty)
                     merges += 1
-                _finish_piece(o0, o1, o2, o3, m, l_i, whole, b, first_seq, w, row_start, num_q, num_heads, sink_ptr,
-                              out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h, stride_lse_t,
-                              stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK, True)
                 if MERGE:
-                    merge_if_last(w, b, gl.num_programs(0), row_start, num_q, num_heads, schedule_ptr, sink_ptr,
-                                  out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h, stride_lse_t,
-                                  stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, ROWS, 4, HAS_SINK)
+                    _finish_merging(o0, o1, o2, o3, m, l_i, whole, b, first_seq, w, gl.num_programs(0), row_start,
+                                    num_q, num_heads, schedule_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr,
+                                    part_lse_ptr, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
+                                    stride_po_r, stride_pl_s, col_l, HAS_SINK)
+                else:
+                    _finish_piece(o0, o1, o2, o3, m, l_i, whole, b, first_seq, w, row_start, num_q, num_heads,
+                                  sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h,
+                                  stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK,
+                                  True)
         c0 += n_blocks
 
 
