@@ -310,10 +310,10 @@ def decode_ws(tma_out: bool = True):
 CASES.update({"decode-ws": decode_ws, "decode-ws-register-stores": partial(decode_ws, False)})
 
 
-def decode_ws16(sink: bool = True, registers: bool = False, merge: bool | None = None):
+def decode_ws16(sink: bool = True, registers: bool = False):
     """The warp-specialized 16-row Gluon decode over the rope-aware FP8 cache (`kernels.mla_decode_ws16`, or with
     `registers` `kernels.mla_decode_ws16_rs`) with the descriptors its launcher builds (16 heads, a 64-slot page
-    cache of 2 layers). `merge`: the register kernel's in-kernel merge (None: `WS16_RS_MERGE`'s default)."""
+    cache of 2 layers)."""
     import torch
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -341,7 +341,7 @@ def decode_ws16(sink: bool = True, registers: bool = False, merge: bool | None =
                  scales_ptr="*fp32")
     if registers:
         const = dict(HAS_SINK=sink, SLOTS=td.WS16_RS_SLOTS, CONSUMER_REGS=td.WS16_RS_CONSUMER_REGS,
-                     LOADER_REGS=td.WS16_RS_LOADER_REGS, MERGE=td.WS16_RS_MERGE if merge is None else merge)
+                     LOADER_REGS=td.WS16_RS_LOADER_REGS)
         return _mla_decode_ws16_rs_kernel, types, const, 4, 1
     const = dict(HAS_SINK=sink, SLOTS=td.WS16_SLOTS, WIDEN_WARPS=td.WS16_WIDEN_WARPS,
                  WIDEN_REGS=td.WS16_WIDEN_REGS,
@@ -350,8 +350,7 @@ def decode_ws16(sink: bool = True, registers: bool = False, merge: bool | None =
 
 
 CASES.update({"decode-ws16": decode_ws16, "decode-ws16-rs": partial(decode_ws16, registers=True),
-              "decode-ws16-rs-nosink": partial(decode_ws16, sink=False, registers=True),
-              "decode-ws16-rs-merge": partial(decode_ws16, registers=True, merge=True)})
+              "decode-ws16-rs-nosink": partial(decode_ws16, sink=False, registers=True)})
 
 
 def sparse_ring(slots: int, dtype: str = "bf16", sink: bool = True, split: bool = True):

@@ -1532,47 +1532,6 @@ def test_gpu_ws16_cuda_graph_replay(call_counter, ws16_on):
     assert launches[0] == 2
 
 
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("merge", [True, False], ids=["in-kernel", "combine"])
-@pytest.mark.parametrize("parts", [None, 7, 300], ids=["plan", "W7", "W300"])
-def test_gpu_ws16_rs_merge(merge, parts, call_counter, monkeypatch):
-    """The register kernel merges split sequences itself (`_triton_decode.WS16_RS_MERGE`): the last of a
-    sequence's workers to finish merges the pieces, counting the arrivals in the plan's schedule (each sequence
-    row's 4th int). One plan serves three calls in a row (new queries each time, a sink in the second): each
-    matches the reference, every count is back to 0 after each call, and the combine kernel runs only without
-    the merge. At 300 workers the 5000-key sequence is cut in about 80 pieces (one program merges them all); at
-    7 a worker holds pieces of several sequences, one ending and one starting a split."""
-    monkeypatch.setattr(_triton_decode, "WS16_ENABLED", True)
-    monkeypatch.setattr(_triton_decode, "WS16_KERNEL", "registers")
-    monkeypatch.setattr(_triton_decode, "WS16_RS_MERGE", merge)
-    launches = call_counter(_triton_decode, "_launch_ws16")
-    combines = call_counter(_triton_decode, "_launch_combine")
-    cache = [5000, 700, 64, 1500, 0, 3000]
-    pb, _ = batch(cache, [1] * len(cache), heads=16, head_size=576, page_size=64, dtype=torch.bfloat16, seed=29,
-                  device="cuda")
-    kv = pm.quantize_kv_cache(pb.kv, rope_aware=True, qk_rope_head_dim=64)
-    plan = pm.mla_decode_plan(pb.input_row_offsets, kv, num_heads=16, num_partitions=parts, backend="triton")
-    workers = plan.num_partitions
-    firsts, lasts = plan.schedule[1 + workers:, 0].tolist(), plan.schedule[1 + workers:, 1].tolist()
-    assert max(l - f for f, l in zip(firsts, lasts)) >= (60 if parts == 300 else 1), "no sequence is split"
-    gen = torch.Generator(device="cuda").manual_seed(31)
-    for call in range(3):
-        q = torch.randn(pb.num_rows, 16, 576, device="cuda", generator=gen).to(torch.bfloat16)
-        sink = torch.randn(16, device="cuda", generator=gen) if call == 1 else None
-        out = torch.full((pb.num_rows, 16, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
-        lse = torch.full((pb.num_rows, 16), float("nan"), device="cuda")
-        _triton_decode.launch_decode(q, pb.input_row_offsets, kv.blocks, kv.cache_lengths, kv.lookup_table, 1,
-                                     SCALE, pm.MASKS["causal"], 0, out, lse, plan.schedule, max_seq_length=1,
-                                     scales=kv.scales, rope_aware=True, config=WS16, attn_sink=sink,
-                                     long_pieces=True)
-        want, want_lse = fp8_reference(pb, kv, q.float(), sink=sink, rope=64)
-        low, low_lse = fp8_lowprec(pb, kv, q.float(), torch.bfloat16, sink=sink, rope=64)
-        check_fp8_lowprec(out, lse, want, want_lse, low, low_lse)
-        assert plan.schedule[1 + workers:, 3].abs().sum().item() == 0, f"call {call}: arrival counts left behind"
-    assert launches[0] == 3
-    assert combines[0] == (0 if merge else 3)
-
 def test_ws16_dispatch_rules(monkeypatch):
     """`decode_ws16_ready` on a Hopper GPU (patched in; CPU tensors), never while the kernel is switched off
     (`WS16_ENABLED`), and switched on: a bf16 q (no q_scale) with the rope-aware

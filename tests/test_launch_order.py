@@ -34,7 +34,6 @@ CASES = [
     ("decode-ws", "dense warp-specialized Gluon kernel"),
     ("decode-ws16", "dense warp-specialized 16-row Gluon kernel, rope-aware FP8"),
     ("decode-ws16-rs", "dense warp-specialized 16-row Gluon kernel with register operands, rope-aware FP8"),
-    ("decode-ws16-rs-merge", "the same with its in-kernel merge of split sequences"),
     ("decode-bf16-h16", "dense Triton kernel"),
     ("decode-fp8-h128", "dense Triton kernel, FP8"),
     ("combine-p2-r4-dv512-w4", "dense combine"),
@@ -210,45 +209,3 @@ def test_ws16_fences_before_it_releases_a_slot(case, compiled):
             swapped[k], swapped[k + 1] = swapped[k + 1], swapped[k]
     assert len(releases_after_unfenced_loads(swapped)[1]) == found - UNSWAPPABLE[case], \
         "the check does not see a fence too late"
-
-
-PUBLISH = re.compile(r"\batom\.global\.gpu\.release\.add\b")
-PTX_BARRIER = re.compile(r"\b(bar|barrier)\.sync\b")
-
-
-def publishes_after_unsynchronized_stores(lines: list[str]) -> tuple[int, list[int]]:
-    """(the PTX's release atomics, the indices of those that a global store reaches, scanning back, before a
-    barrier does): the publishing thread releases the whole partition's partial, so every warp's stores must
-    come before a barrier that comes before the atomic."""
-    found, bad = 0, []
-    for i, line in enumerate(lines):
-        if not PUBLISH.search(line):
-            continue
-        found += 1
-        for prev in reversed(lines[:i]):
-            if PTX_BARRIER.search(prev):
-                break
-            if "st.global" in prev:
-                bad.append(i)
-                break
-    return found, bad
-
-
-def test_ws16_rs_merge_is_ordered(compiled):
-    """The register kernel can merge split sequences itself (`mla_decode_ws16_rs._finish_merging`): a split
-    piece counts its arrival (relaxed), the last to arrive waits (acquire loads) until the others have published
-    their partials and reads them, bypassing L1 (`.cg`); the others store their partial, then publish it with a
-    release atomic. That atomic must come after a barrier that follows every warp's stores (else another warp's
-    stores could land after it). With the barriers taken out, the check flags it. (The merge is off by default,
-    `_triton_decode.WS16_RS_MERGE`: the case compiles it in; without it the kernel has no atomic at all.)"""
-    lines = compiled("decode-ws16-rs-merge").splitlines()
-    found, bad = publishes_after_unsynchronized_stores(lines)
-    assert found == 1, f"expected one publishing atomic in the kernel, found {found}"
-    assert not bad, f"publishing atomics with stores after the barrier before them at PTX lines {bad}"
-    stripped = [line for line in lines if not PTX_BARRIER.search(line)]
-    assert len(publishes_after_unsynchronized_stores(stripped)[1]) == 1, "the check does not see a missing barrier"
-    assert sum("atom.global.gpu.relaxed.add" in line for line in lines) == 1, "expected one counted arrival"
-    assert any("ld.global.gpu.acquire" in line for line in lines), "the last arrival must wait with acquire loads"
-    assert any("ld.global.cg" in line for line in lines), "the merge's loads of the partials must bypass L1"
-    assert not any(PUBLISH.search(line) or "atom.global" in line for line in compiled("decode-ws16-rs").splitlines()), \
-        "the kernel without the merge counts nothing"

@@ -105,8 +105,8 @@ LOGITS_4ACC = """                    zero = gl.zeros([BLOCK_N, ROWS], gl.float32
                     s_lat = (s_0 + s_1) + (s_2 + s_3)
 """
 ROPE_RS = """                    a_rope = rope_pairs.index(pr).load(_dot_a())
-                    s_rope = warpgroup_mma(a_rope, qrp_s.index(qb).permute((1, 0)), gl.zeros([BLOCK_N, ROWS], gl.float32, layout),
-                                           use_acc=False, is_async=True)
+                    s_rope = warpgroup_mma(a_rope, qrp_s.index(qb).permute((1, 0)),
+                                           gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False, is_async=True)
 """
 ROPE_SS = """                    a_rope = gl.zeros([BLOCK_N, ROWS], gl.float32, layout)
                     s_rope = warpgroup_mma(rope_pairs.index(pr), qrp_s.index(qb).permute((1, 0)),

@@ -1,19 +1,21 @@
 """What the register-operand 16-row FP8 decode's call costs around the kernel (`kernels.mla_decode_ws16_rs`): the
-merge of split sequences, in the kernel or by the combine kernel after it, at the plan's own workers.
+combine kernel after it and the launches between the two, at the plan's own workers.
 
 Variants, each a CUDA graph of back-to-back calls (decode_probe's cases: 16 heads, one token, FP8 rope-aware
 cache, causal):
-- merge `in-kernel`: as shipped (`_triton_decode.WS16_RS_MERGE`: the last worker of a split sequence to finish
-  merges it); `combine`: the kernel writes partials and `_mla_decode_combine_kernel` merges them (the shipped
-  path before the twenty-fifth session); `first`: that combine patched to let the next kernel launch before its
-  own wait; `none`: partials and no combine at all (the outputs of split sequences are then wrong: a bound, not a
-  kernel);
-- `--combine-rows R ...`: the `combine` variant with R rows a program (`CombineConfig.block_r`; the heuristic's 4
+- combine `shipped`: `_mla_decode_combine_kernel` as it is (waits, then lets the next kernel launch);
+  `first`: a patched copy that lets the next kernel launch before its own wait; `none`: no combine at all (the
+  outputs of split sequences are then wrong: a bound, not a kernel);
+- `--combine-rows R ...`: the shipped combine with R rows a program (`CombineConfig.block_r`; the heuristic's 4
   gives a grid of 4 programs a sequence at 16 heads, 16 gives one): whether the combine's cost, measured at
-  about 3.5 us a call even where no sequence is split (B128 at 128 workers), follows its grid.
+  about 3.5 us a call even where no sequence is split (B128 at 128 workers), follows its grid (it does not: 16
+  rows were slower, benchmarks/results/session-25/rs-tail-3a6f2db.txt).
 At 5810b42 the script also had the decode let the next kernel launch once its programs passed their wait
 (`griddepcontrol.launch_dependents`, a flag since removed): B64 N4096 58.5 / 58.9 us without it, 60.0 / 60.6
-with it (benchmarks/results/session-24/rs-tail-5810b42.txt).
+with it (benchmarks/results/session-24/rs-tail-5810b42.txt). In the twenty-fifth session it also timed two
+designs of a merge inside the kernel (the last worker of a split sequence merging it, no combine launched), at
+3a6f2db and 6fdd4c1: each saved the combine's ~3 us where nothing was split (B128 N4096) and lost 1-2 us to it
+where every sequence was split in two (B64 N4096), so neither was kept (BENCHMARKS.md, twenty-fifth session).
 
     PYTHONPATH=src:benchmarks python3 benchmarks/experiments/rs_tail.py --case 64,4096 --case 128,4096 [--repeat 2]
 """
@@ -58,7 +60,6 @@ def main() -> None:
     combines = {"shipped": _triton_decode._mla_decode_combine_kernel, "first": _combine_first()}
     launch_combine = _triton_decode._launch_combine
     saved = _triton_decode.WS16_KERNEL
-    saved_merge = _triton_decode.WS16_RS_MERGE
     _triton_decode.WS16_KERNEL = "registers"
     try:
         for text in args.case or ["64,4096"]:
@@ -66,26 +67,20 @@ def main() -> None:
             case = Case(b, n, 16, 1, fp8=True)
             plan = case.plan()
             for _ in range(args.repeat):
-                for merge in ("in-kernel", "combine", "first", "none"):
-                    _triton_decode.WS16_RS_MERGE = merge == "in-kernel"
-                    if merge == "none":
+                for combine in ("shipped", "first", "none"):
+                    if combine == "none":
                         _triton_decode._launch_combine = lambda *a, **k: None
-                    elif merge == "first":
-                        _triton_decode._mla_decode_combine_kernel = combines["first"]
+                    else:
+                        _triton_decode._mla_decode_combine_kernel = combines[combine]
                     try:
                         us = _time_graph(case.run(plan, WS16)) * 1e3 / case.copies
                     finally:
                         _triton_decode._launch_combine = launch_combine
                         _triton_decode._mla_decode_combine_kernel = combines["shipped"]
-                        _triton_decode.WS16_RS_MERGE = saved_merge
-                    print(f"B{b} N{n} W{plan.num_partitions} merge={merge}: {us:.1f} us", flush=True)
+                    print(f"B{b} N{n} W{plan.num_partitions} combine={combine}: {us:.1f} us", flush=True)
                 for rows in args.combine_rows:
-                    _triton_decode.WS16_RS_MERGE = False
                     ccfg = CombineConfig(block_p=2, block_r=rows, block_dv=512, num_warps=4)
-                    try:
-                        us = _time_graph(case.run(plan, WS16, ccfg)) * 1e3 / case.copies
-                    finally:
-                        _triton_decode.WS16_RS_MERGE = saved_merge
+                    us = _time_graph(case.run(plan, WS16, ccfg)) * 1e3 / case.copies
                     print(f"B{b} N{n} W{plan.num_partitions} combine rows={rows}: {us:.1f} us", flush=True)
     finally:
         _triton_decode.WS16_KERNEL = saved

@@ -7,13 +7,11 @@ graph of back-to-back calls.
 Like `ws16_timeline.py`: a copy of the kernel module with `%globaltimer` stamps patched into its source is swapped
 into the launcher (workers: 0 takes the plan's own count). Each consumer stamps, for its program's last piece:
 its wait for the previous kernel passed (`start`), q arrived, q widened, its first block of the piece arrived
-and done, its last block arrived and done, the merge handed over (consumer 1) or done (consumer 0), the
-piece's rows, its partial or (the in-kernel merge's last arrival) the merged rows written (consumer 0). Printed
-for a middle call: the medians over programs of each stamp, in us after the call's earliest `start`, and the
-latest stamp. `--merge`: `in-kernel` (`_triton_decode.WS16_RS_MERGE` on: split sequences merged by their last
-worker), `combine` (off: partials, the combine kernel after). `--warp-stamps`: each warp of consumer 1 stamps
-its q widening (q arrived, scaled, chunks stored, fenced). Not a harness: times are only what the stamps see
-(16 heads, one token, FP8).
+and done, its last block arrived and done, its half of the output columns handed to the other consumer
+(`merge`), and its half of the piece's rows or partial written (`written`). Printed for a middle call: the
+medians over programs of each stamp, in us after the call's earliest `start`, and the latest stamp.
+`--warp-stamps`: each warp of consumer 1 stamps its q widening (q arrived, scaled, chunks stored, fenced). Not a
+harness: times are only what the stamps see (16 heads, one token, FP8).
 """
 
 from __future__ import annotations
@@ -57,10 +55,10 @@ def _patched_source(warp_stamps: bool = False) -> str:
     if warp_stamps:
         helpers += WARP_HELPER.replace("WIDTH_", str(WIDTH))
     sub("\n\n@gluon.jit\ndef _consumer(", helpers + "\n\n@gluon.jit\ndef _consumer(")
-    sub("              SLOTS: gl.constexpr, WG: gl.constexpr, MERGE: gl.constexpr):\n",
-        "              SLOTS: gl.constexpr, WG: gl.constexpr, MERGE: gl.constexpr, stamps_ptr):\n")
-    sub("HAS_SINK, SLOTS, 0, MERGE)),", "HAS_SINK, SLOTS, 0, MERGE, stamps_ptr)),")
-    sub("HAS_SINK, SLOTS, 1, MERGE)),", "HAS_SINK, SLOTS, 1, MERGE, stamps_ptr)),")
+    sub("stride_pl_s, HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, WG: gl.constexpr):\n",
+        "stride_pl_s, HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, WG: gl.constexpr, stamps_ptr):\n")
+    sub("HAS_SINK, SLOTS, 0)),", "HAS_SINK, SLOTS, 0, stamps_ptr)),")
+    sub("HAS_SINK, SLOTS, 1)),", "HAS_SINK, SLOTS, 1, stamps_ptr)),")
     sub("    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr,\n",
         "    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr, stamps_ptr,\n")
 
@@ -96,29 +94,27 @@ def _patched_source(warp_stamps: bool = False) -> str:
     sub("                    mbarrier.arrive(merge_full)\n", "                    mbarrier.arrive(merge_full)\n" + stamp(7, 20))
     sub("                    mbarrier.arrive(merge_empty)\n",
         "                    mbarrier.arrive(merge_empty)\n" + stamp(7, 20))
-    end = "                                  True)\n        c0 += n_blocks\n"
-    sub(end, "                                  True)\n" + stamp(8, 16) + "        c0 += n_blocks\n")
+    sub("        c0 += n_blocks\n", stamp(8, 8, "active") + "        c0 += n_blocks\n")
     return patch.src
 
 
-def timeline(case: Case, workers: int | None, calls: int, merge: str = "in-kernel", warp_stamps: bool = False) -> dict:
+def timeline(case: Case, workers: int | None, calls: int, warp_stamps: bool = False) -> dict:
     from pagedmla.configs.decode import WS16
     from pagedmla.ops import _triton_decode
     plan = case.plan(workers)
     n_workers = plan.num_partitions
     stamps = torch.zeros(calls, n_workers, WIDTH, dtype=torch.int64, device="cuda")
-    kernel = load_patched(f"mla_decode_ws16_rs_stamped_{merge.replace('-', '_')}_{int(warp_stamps)}",
+    kernel = load_patched(f"mla_decode_ws16_rs_stamped_{int(warp_stamps)}",
                           _patched_source(warp_stamps))._mla_decode_ws16_rs_kernel
     run = case.run
     case.run = lambda p, cfg, combine=None: run(p, WS16, combine)
-    before, before_merge = _triton_decode.WS16_KERNEL, _triton_decode.WS16_RS_MERGE
+    before = _triton_decode.WS16_KERNEL
     _triton_decode.WS16_KERNEL = "registers"
-    _triton_decode.WS16_RS_MERGE = merge != "combine"
     try:
         used = replay_stamped(case, plan, "_mla_decode_ws16_rs_kernel", kernel, stamps, 14, calls)
     finally:
         case.run = run
-        _triton_decode.WS16_KERNEL, _triton_decode.WS16_RS_MERGE = before, before_merge
+        _triton_decode.WS16_KERNEL = before
     s = stamps[used // 2].cpu()
     t0 = int(s[:, 0][s[:, 0] > 0].min())
     report = {}
@@ -141,7 +137,7 @@ def timeline(case: Case, workers: int | None, calls: int, merge: str = "in-kerne
                         rel = (col - t0).double() / 1000
                         report[f"c{wg}.w{warp}.{name}"] = {"median": round(statistics.median(rel.tolist()), 2),
                                                           "max": round(float(rel.max()), 2), "programs": len(col)}
-    return {"case": [case.batch, case.keys], "workers": n_workers, "merge": merge, "calls": used,
+    return {"case": [case.batch, case.keys], "workers": n_workers, "calls": used,
             "us_after_first_start": report, "raw_call": s.tolist()}
 
 
@@ -150,23 +146,20 @@ def main() -> None:
     parser.add_argument("--case", action="append", default=[], help="B,N (16 heads, one token, FP8)")
     parser.add_argument("--workers", type=int, default=0, help="0: the plan's own count")
     parser.add_argument("--calls", type=int, default=12)
-    parser.add_argument("--merge", nargs="*", default=["in-kernel"], choices=["in-kernel", "combine"])
     parser.add_argument("--warp-stamps", action="store_true",
-                        help="stamp each consumer warp's q widening (q arrived, scaled, chunks stored, fenced)")
+                        help="stamp each warp of consumer 1's q widening (q arrived, scaled, chunks stored, fenced)")
     parser.add_argument("--json")
     args = parser.parse_args()
     reports = []
     for text in args.case or ["64,4096"]:
         b, n = (int(x) for x in text.split(","))
-        for merge in args.merge:
-            case = Case(b, n, 16, 1, fp8=True)
-            rep = timeline(case, args.workers or None, max(args.calls, 3 * len(case.items)), merge,
-                           args.warp_stamps)
-            reports.append(rep)
-            print(f"case B{b} N{n} W{rep['workers']} merge={merge}: {rep['calls']} calls (us after the call's "
-                  f"first start: median over programs / latest)")
-            for name, v in rep["us_after_first_start"].items():
-                print(f"  {name:20s} {v['median']:8.2f} {v['max']:8.2f}  ({v['programs']} programs)")
+        case = Case(b, n, 16, 1, fp8=True)
+        rep = timeline(case, args.workers or None, max(args.calls, 3 * len(case.items)), args.warp_stamps)
+        reports.append(rep)
+        print(f"case B{b} N{n} W{rep['workers']}: {rep['calls']} calls (us after the call's first start: "
+              f"median over programs / latest)")
+        for name, v in rep["us_after_first_start"].items():
+            print(f"  {name:20s} {v['median']:8.2f} {v['max']:8.2f}  ({v['programs']} programs)")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(reports, indent=1))
 

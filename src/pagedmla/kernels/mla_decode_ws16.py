@@ -404,17 +404,26 @@ def _mma_warps(q_s, qr_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, p_s, red_s, q_rea
 
             _finish_piece(o0, o1, o2, o3, m_i, gl.sum(l_cols, axis=0), whole, b, first_seq, w, row_start, num_q,
                           num_heads, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h,
-                          stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK, False)
+                          stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK, False,
+                          ALL_CHUNKS)
+
+
+# `_finish_piece`'s PART: all four output chunks and the LSE, chunks 0 and 1 and the LSE, or chunks 2 and 3
+ALL_CHUNKS = gl.constexpr(0)
+LOW_CHUNKS = gl.constexpr(1)
+HIGH_CHUNKS = gl.constexpr(2)
 
 
 @gluon.jit
 def _finish_piece(o0, o1, o2, o3, m_i, l_i, whole, b, first_seq, w, row_start, num_q, num_heads, sink_ptr, out_ptr,
                   lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h,
                   stride_po_s, stride_po_r, stride_pl_s, col_l: gl.constexpr, HAS_SINK: gl.constexpr,
-                  RELABELED: gl.constexpr):
+                  RELABELED: gl.constexpr, PART: gl.constexpr):
     """A piece's rows (O^T chunks o0..o3 over the sums l_i, running maxima m_i in `col_l`) to `out` / `lse` for a
     whole sequence, else to the piece's partial slot `2w` or `2w + 1` with its LSE. RELABELED: the chunks' rows
-    are `mla_decode_ws16_rs`'s relabeled dims (`_store_chunk`)."""
+    are `mla_decode_ws16_rs`'s relabeled dims (`_store_chunk`). PART: which chunks (ALL_CHUNKS, LOW_CHUNKS: o0
+    and o1 with the LSE, HIGH_CHUNKS: o2 and o3 without; the others' arguments unused): two warpgroups can each
+    write half the columns of one piece."""
     has = l_i > 0.0
     m_use = _no_inf(m_i)
     l_safe = gl.where(has, l_i, 1.0)
@@ -429,15 +438,17 @@ def _finish_piece(o0, o1, o2, o3, m_i, l_i, whole, b, first_seq, w, row_start, n
     if whole:
         inv = gl.where(has, 1.0 / (l_safe + gl.exp2(sink - m_use)), 0.0)
         o_row = (row_start + rows // num_heads).to(gl.int64) * stride_o_t + heads.to(gl.int64) * stride_o_h
-        _store_chunks(out_ptr, o_row, o0, o1, o2, o3, inv, rows_ok, False, RELABELED)
-        gl.store(lse_ptr + (row_start + rows // num_heads).to(gl.int64) * stride_lse_t
-                 + heads.to(gl.int64) * stride_lse_h, lse, mask=rows_ok)
+        _store_chunks(out_ptr, o_row, o0, o1, o2, o3, inv, rows_ok, False, RELABELED, PART)
+        if PART != HIGH_CHUNKS:
+            gl.store(lse_ptr + (row_start + rows // num_heads).to(gl.int64) * stride_lse_t
+                     + heads.to(gl.int64) * stride_lse_h, lse, mask=rows_ok)
     else:
         slot = (2 * w + (b != first_seq).to(gl.int32)).to(gl.int64)
         inv = gl.where(has, 1.0 / l_safe, 0.0)
         _store_chunks(part_out_ptr, slot * stride_po_s + rows.to(gl.int64) * stride_po_r, o0, o1, o2, o3, inv,
-                      rows_ok, True, RELABELED)
-        gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, eviction_policy="evict_last")
+                      rows_ok, True, RELABELED, PART)
+        if PART != HIGH_CHUNKS:
+            gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, eviction_policy="evict_last")
 
 
 @gluon.constexpr_function
@@ -485,11 +496,14 @@ def _store_chunk(ptr, row_off, ch: gl.constexpr, acc, inv, rows_ok, KEEP: gl.con
 
 
 @gluon.jit
-def _store_chunks(ptr, row_off, o0, o1, o2, o3, inv, rows_ok, KEEP: gl.constexpr, RELABELED: gl.constexpr):
-    _store_chunk(ptr, row_off, 0, o0, inv, rows_ok, KEEP, RELABELED)
-    _store_chunk(ptr, row_off, 1, o1, inv, rows_ok, KEEP, RELABELED)
-    _store_chunk(ptr, row_off, 2, o2, inv, rows_ok, KEEP, RELABELED)
-    _store_chunk(ptr, row_off, 3, o3, inv, rows_ok, KEEP, RELABELED)
+def _store_chunks(ptr, row_off, o0, o1, o2, o3, inv, rows_ok, KEEP: gl.constexpr, RELABELED: gl.constexpr,
+                  PART: gl.constexpr):
+    if PART != HIGH_CHUNKS:
+        _store_chunk(ptr, row_off, 0, o0, inv, rows_ok, KEEP, RELABELED)
+        _store_chunk(ptr, row_off, 1, o1, inv, rows_ok, KEEP, RELABELED)
+    if PART != LOW_CHUNKS:
+        _store_chunk(ptr, row_off, 2, o2, inv, rows_ok, KEEP, RELABELED)
+        _store_chunk(ptr, row_off, 3, o3, inv, rows_ok, KEEP, RELABELED)
 
 
 # as `_mla_decode_ws_kernel`: no recompile when a size becomes 1 or changes its divisibility by 16

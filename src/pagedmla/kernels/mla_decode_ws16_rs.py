@@ -63,12 +63,15 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .gluon_common import D_ROPE, LN2, opaque_zero, wait_for_prior_grid
+from .gluon_common import D_ROPE, opaque_zero, wait_for_prior_grid
 from .mla_decode_ws import _no_inf, _piece
 from .mla_decode_ws16 import (
+    ALL_CHUNKS,
     BLOCK_N,
     CHUNK,
     HALF,
+    HIGH_CHUNKS,
+    LOW_CHUNKS,
     N_CHUNKS,
     RESCALE_LOG2,
     ROWS,
@@ -78,8 +81,6 @@ from .mla_decode_ws16 import (
     _loader,
     _red_layout,
     _span,
-    column_order_layout,
-    to_column_order,
 )
 
 # four e4m3 bytes ($4) -> four fp16 values (bytes 0..3), the native conversion (exact)
@@ -240,133 +241,17 @@ def _store_p(p_s, s_p, m, sgn):
     p_s.store(gl.permute((gl.exp2(s_p - m[None, :]) * sgn).to(gl.float16), (1, 0)))
 
 
-# a sequence's count in its schedule row (4th int): arrivals (low 16 bits) and published partials (high bits)
-ARRIVED = gl.constexpr(1)
-PUBLISHED = gl.constexpr(1 << 16)
-
-
-@gluon.jit
-def _fold_piece(acc0, acc1, acc2, acc3, m, l, lse_p, c0, c1, c2, c3):
-    """Running merge by LSE (natural log): a piece's normalized chunks c0..c3 of LSE lse_p into (acc, m, l),
-    as `_mla_decode_combine_kernel` merges."""
-    m_new = gl.maximum(m, lse_p)
-    m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = gl.exp(m - m_safe)
-    wp = gl.exp(lse_p - m_safe)
-    l = l * alpha + wp
-    acc0 = acc0 * alpha[None, :] + c0 * wp[None, :]
-    acc1 = acc1 * alpha[None, :] + c1 * wp[None, :]
-    acc2 = acc2 * alpha[None, :] + c2 * wp[None, :]
-    acc3 = acc3 * alpha[None, :] + c3 * wp[None, :]
-    return acc0, acc1, acc2, acc3, m_new, l
-
-
-@gluon.jit
-def _merge_split_sequence(o0, o1, o2, o3, m_i, l_i, w, first, last, first_slot, row_start, num_q, num_heads,
-                          sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h,
-                          stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l: gl.constexpr,
-                          HAS_SINK: gl.constexpr):
-    """The last of a split sequence's workers to arrive: its own piece (chunks o0..o3 over l_i, running maxima
-    m_i in base 2) merged with the other pieces' published partials (slots numbered as the combine kernel's)
-    into `out` / `lse`, in `column_order_layout()` (four columns of a row a thread: 16-byte loads)."""
-    layout: gl.constexpr = column_order_layout()
-    row_l: gl.constexpr = gl.SliceLayout(0, layout)
-    rows = gl.arange(0, ROWS, row_l)
-    rows_ok = rows < num_q * num_heads
-    cols = gl.arange(0, CHUNK, gl.SliceLayout(1, layout))
-    has = l_i > 0.0
-    own = gl.convert_layout(gl.where(has, 1.0 / gl.where(has, l_i, 1.0), 0.0), col_l)
-    lse_own = gl.convert_layout(gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) * LN2, float("-inf")), row_l)
-    zero = gl.zeros([CHUNK, ROWS], gl.float32, layout)
-    acc0, acc1, acc2, acc3, m, l = _fold_piece(
-        zero, zero, zero, zero, gl.full([ROWS], float("-inf"), gl.float32, row_l), gl.zeros([ROWS], gl.float32, row_l),
-        lse_own, to_column_order(o0 * own[None, :], gl.float32), to_column_order(o1 * own[None, :], gl.float32),
-        to_column_order(o2 * own[None, :], gl.float32), to_column_order(o3 * own[None, :], gl.float32))
-    part = rows.to(gl.int64)[None, :] * stride_po_r + cols[:, None]
-    for p in range(last - first + 1):
-        if first + p != w:
-            slot = gl.where(p == 0, first_slot, 2 * (first + p)).to(gl.int64)
-            ptr = part_out_ptr + slot * stride_po_s + part
-            lse_p = gl.load(part_lse_ptr + slot * stride_pl_s + rows, mask=rows_ok, other=float("-inf"),
-                            cache_modifier=".cg")
-            c0 = gl.load(ptr, mask=rows_ok[None, :], other=0.0, cache_modifier=".cg")
-            c1 = gl.load(ptr + CHUNK, mask=rows_ok[None, :], other=0.0, cache_modifier=".cg")
-            c2 = gl.load(ptr + 2 * CHUNK, mask=rows_ok[None, :], other=0.0, cache_modifier=".cg")
-            c3 = gl.load(ptr + 3 * CHUNK, mask=rows_ok[None, :], other=0.0, cache_modifier=".cg")
-            acc0, acc1, acc2, acc3, m, l = _fold_piece(acc0, acc1, acc2, acc3, m, l, lse_p, c0, c1, c2, c3)
-    ok = l > 0.0
-    m_safe = gl.where(m == float("-inf"), 0.0, m)
-    lse = gl.where(ok, m_safe + gl.log(gl.where(ok, l, 1.0)), float("-inf"))
-    inv = gl.where(ok, 1.0 / gl.where(ok, l, 1.0), 0.0)
-    heads = rows % num_heads
-    if HAS_SINK:
-        # e^lse / (e^lse + e^sink): a +inf sink gives 0
-        sink = gl.load(sink_ptr + heads, mask=rows_ok, other=float("-inf"))
-        inv = gl.where(ok, inv / (1.0 + gl.exp(sink - gl.where(ok, lse, 0.0))), 0.0)
-    tok = (row_start + rows // num_heads).to(gl.int64)
-    o_row = out_ptr + tok * stride_o_t + heads.to(gl.int64) * stride_o_h
-    dt: gl.constexpr = out_ptr.dtype.element_ty
-    gl.store(o_row[None, :] + cols[:, None], (acc0 * inv[None, :]).to(dt), mask=rows_ok[None, :])
-    gl.store(o_row[None, :] + (CHUNK + cols)[:, None], (acc1 * inv[None, :]).to(dt), mask=rows_ok[None, :])
-    gl.store(o_row[None, :] + (2 * CHUNK + cols)[:, None], (acc2 * inv[None, :]).to(dt), mask=rows_ok[None, :])
-    gl.store(o_row[None, :] + (3 * CHUNK + cols)[:, None], (acc3 * inv[None, :]).to(dt), mask=rows_ok[None, :])
-    gl.store(lse_ptr + tok * stride_lse_t + heads.to(gl.int64) * stride_lse_h, lse, mask=rows_ok)
-
-
-@gluon.jit
-def _finish_merging(o0, o1, o2, o3, m_i, l_i, whole, b, first_seq, w, num_workers, row_start, num_q, num_heads,
-                    schedule_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h,
-                    stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l: gl.constexpr,
-                    HAS_SINK: gl.constexpr):
-    """`_finish_piece` with the split sequences merged in the kernel (`MERGE`) instead of by the combine kernel.
-
-    A split piece counts its arrival first (a relaxed atomic on the sequence's schedule row: nothing to publish
-    yet). The last to arrive waits until the others have published their partials, merges them with its own
-    piece (still in registers: it never stores it) into `out` / `lse` and sets the count back to 0 for the next
-    call with the plan; the others store their partial, then publish it (the partition's barrier after every
-    warp's stores, then one thread's release atomic). The last one waits only on workers that have arrived, so
-    are running and have nothing left to wait for: no deadlock whatever the number of programs. The merge's
-    cost is at the end of the last piece: the earlier design that stored every partial and counted arrivals
-    after (acq_rel) took 2.5-3 us more there at B64 N4096 (BENCHMARKS.md, twenty-fifth session)."""
-    seq = schedule_ptr + (1 + num_workers + b) * 4
-    first = gl.load(seq)
-    last = gl.load(seq + 1)
-    first_slot = gl.load(seq + 2)
-    # a whole sequence has first == last; a worker outside [first, last] has no slot the merge reads (the plan
-    # gives it no keys of b)
-    split = (whole == 0) & (first < last) & (w >= first) & (w <= last)
-    is_last = False
-    if split:
-        ticket = gl.atomic_add(seq + 3, ARRIVED, sem="relaxed", scope="gpu") & (PUBLISHED - 1)
-        is_last = ticket == last - first
-    if is_last:
-        published = gl.atomic_add(seq + 3, 0, sem="acquire", scope="gpu") // PUBLISHED
-        while published < last - first:
-            published = gl.atomic_add(seq + 3, 0, sem="acquire", scope="gpu") // PUBLISHED
-        gl.store(seq + 3, 0)
-        _merge_split_sequence(o0, o1, o2, o3, m_i, l_i, w, first, last, first_slot, row_start, num_q, num_heads,
-                              sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h,
-                              stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK)
-    else:
-        _finish_piece(o0, o1, o2, o3, m_i, l_i, whole, b, first_seq, w, row_start, num_q, num_heads, sink_ptr,
-                      out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h, stride_lse_t,
-                      stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK, True)
-        if split:
-            gl.thread_barrier()
-            gl.atomic_add(seq + 3, PUBLISHED, sem="release", scope="gpu")
-
-
 @gluon.constexpr_function
 def _vector_smem():
     return gl.SwizzledSharedLayout(1, 1, 1, [0])
 
 
 @gluon.jit
-def _consumer(q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat_s, q_ready, q_empty,
-              q16_ready, q16_empty, k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr,
-              lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t,
-              stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr,
-              SLOTS: gl.constexpr, WG: gl.constexpr, MERGE: gl.constexpr):
+def _consumer(q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat_s, q_ready, q_empty, q16_ready,
+              q16_empty, k_ready, k_empty, merge_full, merge_empty, back_full, back_empty, schedule_ptr, offsets_ptr,
+              cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code,
+              window, qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r,
+              stride_pl_s, HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, WG: gl.constexpr):
     layout: gl.constexpr = _acc_layout()
     col_l: gl.constexpr = gl.SliceLayout(0, layout)
     key_l: gl.constexpr = gl.SliceLayout(1, layout)
@@ -432,8 +317,8 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s
                     mbarrier.wait(k_ready.index((2 * c) % SLOTS), ((2 * c) // SLOTS) & 1)
                     mbarrier.wait(k_ready.index((2 * c + 1) % SLOTS), ((2 * c + 1) // SLOTS) & 1)
                     a_rope = rope_pairs.index(pr).load(_dot_a())
-                    s_rope = warpgroup_mma(a_rope, qrp_s.index(qb).permute((1, 0)), gl.zeros([BLOCK_N, ROWS], gl.float32, layout),
-                                           use_acc=False, is_async=True)
+                    s_rope = warpgroup_mma(a_rope, qrp_s.index(qb).permute((1, 0)),
+                                           gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False, is_async=True)
                     a_0 = _k_operand(raw_s.index(4 * pr + 0).load(_k_words()))
                     s_lat = warpgroup_mma(a_0, q16_s.index(dyn).permute((1, 0)),
                                           gl.zeros([BLOCK_N, ROWS], gl.float32, layout), use_acc=False, is_async=True)
@@ -497,56 +382,71 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s
                     # warps at the barrier before the slot's release)
                     mbarrier.arrive(q16_empty.index(qb))
             l_i = gl.sum(l_cols, axis=0)
-            if WG == 1:
-                if other_has:
-                    # hand (m, l, O) to consumer 0 once it has read the previous piece's
+            if other_has:
+                # the consumers swap half their output columns with their (m, l) through shared memory (consumer
+                # 1 sends chunks 0 and 1, consumer 0 chunks 2 and 3), then each merges and writes its half:
+                # consumer 1 handing all of O to consumer 0, which wrote it all, took about 2 us at a piece's end
+                # (BENCHMARKS.md, twenty-fifth session)
+                if WG == 1:
                     mbarrier.wait(merge_empty, (merges & 1) ^ 1)
                     stat_s.index(0).store(m_i)
                     stat_s.index(1).store(l_i)
                     ox_s.index(0).store(o0)
                     ox_s.index(1).store(o1)
+                    gl.thread_barrier()
+                    mbarrier.arrive(merge_full)
+                    mbarrier.wait(back_full, merges & 1)
+                    m_x = stat_s.index(2).load(col_l)
+                    l_x = stat_s.index(3).load(col_l)
+                    x_a = ox_s.index(2).load(acc2)
+                    x_b = ox_s.index(3).load(acc2)
+                    # (no copy writes ox_s: the proxy fence only keeps every arrival after shared loads fenced,
+                    # the rule tests/test_launch_order.py checks in this partition)
+                    fence_async_shared()
+                    gl.thread_barrier()
+                    mbarrier.arrive(back_empty)
+                    own_a = o2
+                    own_b = o3
+                else:
+                    mbarrier.wait(back_empty, (merges & 1) ^ 1)
+                    stat_s.index(2).store(m_i)
+                    stat_s.index(3).store(l_i)
                     ox_s.index(2).store(o2)
                     ox_s.index(3).store(o3)
                     gl.thread_barrier()
-                    mbarrier.arrive(merge_full)
-                    merges += 1
-            else:
-                # O merged with consumer 1's
-                m_x = gl.full([ROWS], float("-inf"), gl.float32, col_l)
-                l_x = gl.zeros([ROWS], gl.float32, col_l)
-                if other_has:
+                    mbarrier.arrive(back_full)
                     mbarrier.wait(merge_full, merges & 1)
                     m_x = stat_s.index(0).load(col_l)
                     l_x = stat_s.index(1).load(col_l)
+                    x_a = ox_s.index(0).load(acc2)
+                    x_b = ox_s.index(1).load(acc2)
+                    gl.thread_barrier()
+                    mbarrier.arrive(merge_empty)
+                    own_a = o0
+                    own_b = o1
+                merges += 1
                 m = gl.maximum(m_i, m_x)
                 m_use = _no_inf(m)
                 a_own = gl.exp2(m_i - m_use)
                 a_x = gl.exp2(m_x - m_use)
-                l_i = l_i * a_own + l_x * a_x
-                f_own = gl.convert_layout(a_own, ocol_l)
-                o0 = o0 * f_own[None, :]
-                o1 = o1 * f_own[None, :]
-                o2 = o2 * f_own[None, :]
-                o3 = o3 * f_own[None, :]
-                if other_has:
-                    f_x = gl.convert_layout(a_x, ocol_l)
-                    o0 = o0 + ox_s.index(0).load(acc2) * f_x[None, :]
-                    o1 = o1 + ox_s.index(1).load(acc2) * f_x[None, :]
-                    o2 = o2 + ox_s.index(2).load(acc2) * f_x[None, :]
-                    o3 = o3 + ox_s.index(3).load(acc2) * f_x[None, :]
-                    gl.thread_barrier()
-                    mbarrier.arrive(merge_empty)
-                    merges += 1
-                if MERGE:
-                    _finish_merging(o0, o1, o2, o3, m, l_i, whole, b, first_seq, w, gl.num_programs(0), row_start,
-                                    num_q, num_heads, schedule_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr,
-                                    part_lse_ptr, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
-                                    stride_po_r, stride_pl_s, col_l, HAS_SINK)
+                # summed in the same order in both (consumer 0's term first): both halves divide by the same l
+                if WG == 0:
+                    l_m = l_i * a_own + l_x * a_x
                 else:
-                    _finish_piece(o0, o1, o2, o3, m, l_i, whole, b, first_seq, w, row_start, num_q, num_heads,
-                                  sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h,
-                                  stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK,
-                                  True)
+                    l_m = l_x * a_x + l_i * a_own
+                f_own = gl.convert_layout(a_own, ocol_l)
+                f_x = gl.convert_layout(a_x, ocol_l)
+                h_a = own_a * f_own[None, :] + x_a * f_x[None, :]
+                h_b = own_b * f_own[None, :] + x_b * f_x[None, :]
+                _finish_piece(h_a, h_b, h_a, h_b, m, l_m, whole, b, first_seq, w, row_start, num_q, num_heads,
+                              sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h,
+                              stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK, True,
+                              LOW_CHUNKS if WG == 0 else HIGH_CHUNKS)
+            elif WG == 0:
+                # consumer 1 had no block of the piece: consumer 0's state is the piece's
+                _finish_piece(o0, o1, o2, o3, m_i, l_i, whole, b, first_seq, w, row_start, num_q, num_heads, sink_ptr,
+                              out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h, stride_lse_t,
+                              stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK, True, ALL_CHUNKS)
         c0 += n_blocks
 
 
@@ -558,7 +458,6 @@ def _mla_decode_ws16_rs_kernel(
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
     stride_s_b, stride_s_s,
     HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
-    MERGE: gl.constexpr,
 ):
     """`mla_decode_ws16`'s kernel's arguments (`ops._triton_decode._launch_ws16` launches both), the ring boxes
     `[32, 32]` int32 swizzled by 128 bytes (`_sw128_i32`); CONSUMER_REGS: consumer 1's registers (consumer 0
@@ -579,14 +478,16 @@ def _mla_decode_ws16_rs_kernel(
     red_a = gl.allocate_shared_memory(gl.float32, [2, 4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     red_b = gl.allocate_shared_memory(gl.float32, [2, 4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     ox_s = gl.allocate_shared_memory(gl.float32, [N_CHUNKS, CHUNK, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    stat_s = gl.allocate_shared_memory(gl.float32, [2, ROWS], _vector_smem())
+    stat_s = gl.allocate_shared_memory(gl.float32, [4, ROWS], _vector_smem())
     k_ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
-    qb = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
+    qb = gl.allocate_shared_memory(gl.int64, [6, 1], mbarrier.MBarrierLayout())
     q_ready = qb.index(0)
     q_empty = qb.index(1)
     merge_full = qb.index(2)
     merge_empty = qb.index(3)
+    back_full = qb.index(4)
+    back_empty = qb.index(5)
     q16_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     q16_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(SLOTS):
@@ -599,19 +500,21 @@ def _mla_decode_ws16_rs_kernel(
     mbarrier.init(q_empty, count=1)
     mbarrier.init(merge_full, count=1)
     mbarrier.init(merge_empty, count=1)
+    mbarrier.init(back_full, count=1)
+    mbarrier.init(back_empty, count=1)
     fence_async_shared()
 
     gl.warp_specialize([
         (_consumer, (q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_a, red_a, ox_s, stat_s, q_ready, q_empty,
-                     q16_ready, q16_empty, k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr,
-                     sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window,
-                     qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r,
-                     stride_pl_s, HAS_SINK, SLOTS, 0, MERGE)),
+                     q16_ready, q16_empty, k_ready, k_empty, merge_full, merge_empty, back_full, back_empty,
+                     schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr,
+                     part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h,
+                     stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK, SLOTS, 0)),
         (_consumer, (q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_b, red_b, ox_s, stat_s, q_ready, q_empty,
-                     q16_ready, q16_empty, k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr,
-                     sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window,
-                     qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r,
-                     stride_pl_s, HAS_SINK, SLOTS, 1, MERGE)),
+                     q16_ready, q16_empty, k_ready, k_empty, merge_full, merge_empty, back_full, back_empty,
+                     schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr,
+                     part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h,
+                     stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK, SLOTS, 1)),
         (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
                    k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch,
                    num_heads, mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b,

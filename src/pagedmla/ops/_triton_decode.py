@@ -374,13 +374,6 @@ WS16_RS_LOADER_REGS = 24
 # Which 16-row FP8 kernel a call runs: None picks by the plan's `long_pieces`; "widen" or "registers" forces
 # one (the tests run every ws16 case on both).
 WS16_KERNEL: str | None = None
-# Whether the register-operand kernel merges split sequences itself (the last of a sequence's workers to finish
-# merges its pieces, `kernels.gluon_common.merge_if_last`) instead of the combine kernel running after it. The
-# count of arrivals lives in the plan's schedule, so two decodes must not run with one plan at the same time.
-# Off: on the H200 (BENCHMARKS.md, twenty-fifth session) it saved the combine's 3 us where no sequence was split
-# (B128 N4096) but cost 1-3 us more than the combine where every one was (B64 N4096: the arrival's fence and the
-# merge's round trips, 3 to 5 us, sit at the end of the last piece).
-WS16_RS_MERGE = False
 
 
 def pieces_are_long(batch: int, max_cache_length: int, num_workers: int) -> bool:
@@ -404,10 +397,9 @@ def ws16_use_registers(long_pieces: bool) -> bool:
 
 def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
                  mask_code: int, window: int, out, lse, schedule, sink, part_out, part_lse, pdl: bool,
-                 registers: bool) -> bool:
+                 registers: bool) -> None:
     """`_mla_decode_ws16_kernel`, or with `registers` `_mla_decode_ws16_rs_kernel`, one program per worker,
-    writing `out` / `lse` or the partials. Returns whether the kernel merged the split sequences itself
-    (`WS16_RS_MERGE`): then no combine runs."""
+    writing `out` / `lse` or the partials."""
     batch = cache_lengths.shape[0]
     num_workers = schedule.shape[0] - 1 - batch
     lat2d, page_rows, layer_row0 = _ws_cache_rows(blocks, layer_idx, torch.float8_e4m3fn)
@@ -423,8 +415,7 @@ def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         lat_desc = GluonTensorDescriptor.from_tensor(rows32, [32, 32], ring)
         rope_desc = GluonTensorDescriptor.from_tensor(rows32, [32, 32], ring)
         kernel = _mla_decode_ws16_rs_kernel
-        consts = dict(SLOTS=WS16_RS_SLOTS, CONSUMER_REGS=WS16_RS_CONSUMER_REGS, LOADER_REGS=WS16_RS_LOADER_REGS,
-                      MERGE=WS16_RS_MERGE)
+        consts = dict(SLOTS=WS16_RS_SLOTS, CONSUMER_REGS=WS16_RS_CONSUMER_REGS, LOADER_REGS=WS16_RS_LOADER_REGS)
     else:
         lat_desc = GluonTensorDescriptor.from_tensor(rows32, [32, 128], gl.NVMMASharedLayout(0, 32, 2))
         rope_desc = GluonTensorDescriptor.from_tensor(rows32, [32, 32], gl.NVMMASharedLayout(0, 32, 2))
@@ -440,7 +431,6 @@ def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         lse.stride(1), part_out.stride(0), part_out.stride(1), part_lse.stride(0), scales.stride(0),
         scales.stride(3),
         HAS_SINK=sink is not lse, num_warps=4, **consts, **pdl_kwargs(pdl))
-    return registers and WS16_RS_MERGE
 
 
 def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx: int, scale: float,
@@ -523,10 +513,9 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
             raise ValueError("Invalid config: expected ws16 False for a call the Gluon 16-row kernel cannot take "
                              "(see decode_ws16_ready; the kernel is off while _triton_decode.WS16_ENABLED is "
                              "False), got True")
-        merged = _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale,
-                              mask_code, window, out, lse, schedule, sink, part_out, part_lse, pdl,
-                              ws16_use_registers(long_pieces))
-        split = split and not merged
+        _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code,
+                     window, out, lse, schedule, sink, part_out, part_lse, pdl,
+                     ws16_use_registers(long_pieces))
     elif cfg.ring_slots:
         _launch_ring(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code,
                      window, out, lse, schedule, sink, part_out, part_lse, cfg.ring_slots, attn_sink is not None,
