@@ -7,8 +7,8 @@ graph of back-to-back calls.
 Like `ws16_timeline.py`: a copy of the kernel module with `%globaltimer` stamps patched into its source is swapped
 into the launcher (workers: 0 takes the plan's own count). Each consumer stamps, for its program's last piece:
 its wait for the previous kernel passed (`start`), q arrived, q widened, its first block of the piece arrived
-and done, its last block arrived and done, its half of the output columns handed to the other consumer
-(`merge`), and its half of the piece's rows or partial written (`written`). Printed for a middle call: the
+and done, its last block arrived and done, the merge handed over (consumer 1) or done (consumer 0), and the
+piece's rows or partial written (`written`, consumer 0). Printed for a middle call: the
 medians over programs of each stamp, in us after the call's earliest `start`, and the latest stamp.
 `--warp-stamps`: each warp of consumer 1 stamps its q widening (q arrived, scaled, chunks stored, fenced). Not a
 harness: times are only what the stamps see (16 heads, one token, FP8).
@@ -55,8 +55,7 @@ def _patched_source(warp_stamps: bool = False) -> str:
     if warp_stamps:
         helpers += WARP_HELPER.replace("WIDTH_", str(WIDTH))
     sub("\n\n@gluon.jit\ndef _consumer(", helpers + "\n\n@gluon.jit\ndef _consumer(")
-    sub("stride_pl_s, HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, WG: gl.constexpr):\n",
-        "stride_pl_s, HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, WG: gl.constexpr, stamps_ptr):\n")
+    sub("SLOTS: gl.constexpr, WG: gl.constexpr):\n", "SLOTS: gl.constexpr, WG: gl.constexpr, stamps_ptr):\n")
     sub("HAS_SINK, SLOTS, 0)),", "HAS_SINK, SLOTS, 0, stamps_ptr)),")
     sub("HAS_SINK, SLOTS, 1)),", "HAS_SINK, SLOTS, 1, stamps_ptr)),")
     sub("    schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr,\n",

@@ -404,26 +404,17 @@ def _mma_warps(q_s, qr_s, w0_s, w1_s, w2_s, w3_s, wr_s, scw_s, p_s, red_s, q_rea
 
             _finish_piece(o0, o1, o2, o3, m_i, gl.sum(l_cols, axis=0), whole, b, first_seq, w, row_start, num_q,
                           num_heads, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h,
-                          stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK, False,
-                          ALL_CHUNKS)
-
-
-# `_finish_piece`'s PART: all four output chunks and the LSE, chunks 0 and 1 and the LSE, or chunks 2 and 3
-ALL_CHUNKS = gl.constexpr(0)
-LOW_CHUNKS = gl.constexpr(1)
-HIGH_CHUNKS = gl.constexpr(2)
+                          stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK, False)
 
 
 @gluon.jit
 def _finish_piece(o0, o1, o2, o3, m_i, l_i, whole, b, first_seq, w, row_start, num_q, num_heads, sink_ptr, out_ptr,
                   lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h,
                   stride_po_s, stride_po_r, stride_pl_s, col_l: gl.constexpr, HAS_SINK: gl.constexpr,
-                  RELABELED: gl.constexpr, PART: gl.constexpr):
+                  RELABELED: gl.constexpr):
     """A piece's rows (O^T chunks o0..o3 over the sums l_i, running maxima m_i in `col_l`) to `out` / `lse` for a
     whole sequence, else to the piece's partial slot `2w` or `2w + 1` with its LSE. RELABELED: the chunks' rows
-    are `mla_decode_ws16_rs`'s relabeled dims (`_store_chunk`). PART: which chunks (ALL_CHUNKS, LOW_CHUNKS: o0
-    and o1 with the LSE, HIGH_CHUNKS: o2 and o3 without; the others' arguments unused): two warpgroups can each
-    write half the columns of one piece."""
+    are `mla_decode_ws16_rs`'s relabeled dims (`_store_chunk`)."""
     has = l_i > 0.0
     m_use = _no_inf(m_i)
     l_safe = gl.where(has, l_i, 1.0)
@@ -438,34 +429,15 @@ def _finish_piece(o0, o1, o2, o3, m_i, l_i, whole, b, first_seq, w, row_start, n
     if whole:
         inv = gl.where(has, 1.0 / (l_safe + gl.exp2(sink - m_use)), 0.0)
         o_row = (row_start + rows // num_heads).to(gl.int64) * stride_o_t + heads.to(gl.int64) * stride_o_h
-        _store_chunks(out_ptr, o_row, o0, o1, o2, o3, inv, rows_ok, False, RELABELED, PART)
-        if PART != HIGH_CHUNKS:
-            gl.store(lse_ptr + (row_start + rows // num_heads).to(gl.int64) * stride_lse_t
-                     + heads.to(gl.int64) * stride_lse_h, lse, mask=rows_ok)
+        _store_chunks(out_ptr, o_row, o0, o1, o2, o3, inv, rows_ok, False, RELABELED)
+        gl.store(lse_ptr + (row_start + rows // num_heads).to(gl.int64) * stride_lse_t
+                 + heads.to(gl.int64) * stride_lse_h, lse, mask=rows_ok)
     else:
         slot = (2 * w + (b != first_seq).to(gl.int32)).to(gl.int64)
         inv = gl.where(has, 1.0 / l_safe, 0.0)
         _store_chunks(part_out_ptr, slot * stride_po_s + rows.to(gl.int64) * stride_po_r, o0, o1, o2, o3, inv,
-                      rows_ok, True, RELABELED, PART)
-        if PART != HIGH_CHUNKS:
-            gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, eviction_policy="evict_last")
-
-
-@gluon.constexpr_function
-def column_order_layout():
-    """An output chunk `[CHUNK columns, ROWS]` in column order, four columns of four rows a thread (vectors along
-    the row in memory)."""
-    return gl.BlockedLayout([4, 1], [32, 1], [1, 4], [0, 1])
-
-
-@gluon.jit
-def to_column_order(acc, dtype: gl.constexpr):
-    """`mla_decode_ws16_rs`'s relabeled accumulator chunk (row m = 64 a + 16 w + 8 h + r holds column
-    32 w + 4 r + 2 a + h) in column order, as `dtype`, in `column_order_layout()`: the register tensor's axes
-    reordered ((a, w, h, r) -> (w, r, a, h): no data moves), then converted through shared memory."""
-    val = gl.reshape(acc, [2, 4, 2, 8, ROWS])
-    val = gl.permute(val, (1, 3, 0, 2, 4)).reshape([CHUNK, ROWS])
-    return gl.convert_layout(val.to(dtype), column_order_layout())
+                      rows_ok, True, RELABELED)
+        gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, eviction_policy="evict_last")
 
 
 @gluon.jit
@@ -475,12 +447,14 @@ def _store_chunk(ptr, row_off, ch: gl.constexpr, acc, inv, rows_ok, KEEP: gl.con
     (see `mla_sparse_decode_ring._store_rows`). RELABELED (`mla_decode_ws16_rs._v_operand`): chunk row
     m = 64 a + 16 w + 8 h + r holds column 32 w + 4 r + 2 a + h."""
     if RELABELED:
-        # through shared memory into four columns of four rows a thread, so that the stores are vectors along the
-        # row: 16 bytes of float32 partials, 8 of bf16 rows (in the accumulator's relabeled layout they were
-        # 4-byte stores 16 bytes apart: 3.6 us for a piece's partial at B64 N4096, BENCHMARKS.md, twenty-third
-        # session)
-        layout: gl.constexpr = column_order_layout()
-        val = to_column_order(acc * inv[None, :], ptr.dtype.element_ty)
+        # the register tensor put in column order ((a, w, h, r) -> (w, r, a, h): no data moves), then through
+        # shared memory into four columns of four rows a thread, so that the stores are vectors along the row:
+        # 16 bytes of float32 partials, 8 of bf16 rows (in the accumulator's relabeled layout they were 4-byte
+        # stores 16 bytes apart: 3.6 us for a piece's partial at B64 N4096, BENCHMARKS.md, twenty-third session)
+        layout: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, 4], [0, 1])
+        val = gl.reshape(acc * inv[None, :], [2, 4, 2, 8, ROWS])
+        val = gl.permute(val, (1, 3, 0, 2, 4)).reshape([CHUNK, ROWS])
+        val = gl.convert_layout(val.to(ptr.dtype.element_ty), layout)
         cols = ch * CHUNK + gl.arange(0, CHUNK, gl.SliceLayout(1, layout))
         row_off = gl.convert_layout(row_off, gl.SliceLayout(0, layout))
         rows_ok = gl.convert_layout(rows_ok, gl.SliceLayout(0, layout))
@@ -496,14 +470,11 @@ def _store_chunk(ptr, row_off, ch: gl.constexpr, acc, inv, rows_ok, KEEP: gl.con
 
 
 @gluon.jit
-def _store_chunks(ptr, row_off, o0, o1, o2, o3, inv, rows_ok, KEEP: gl.constexpr, RELABELED: gl.constexpr,
-                  PART: gl.constexpr):
-    if PART != HIGH_CHUNKS:
-        _store_chunk(ptr, row_off, 0, o0, inv, rows_ok, KEEP, RELABELED)
-        _store_chunk(ptr, row_off, 1, o1, inv, rows_ok, KEEP, RELABELED)
-    if PART != LOW_CHUNKS:
-        _store_chunk(ptr, row_off, 2, o2, inv, rows_ok, KEEP, RELABELED)
-        _store_chunk(ptr, row_off, 3, o3, inv, rows_ok, KEEP, RELABELED)
+def _store_chunks(ptr, row_off, o0, o1, o2, o3, inv, rows_ok, KEEP: gl.constexpr, RELABELED: gl.constexpr):
+    _store_chunk(ptr, row_off, 0, o0, inv, rows_ok, KEEP, RELABELED)
+    _store_chunk(ptr, row_off, 1, o1, inv, rows_ok, KEEP, RELABELED)
+    _store_chunk(ptr, row_off, 2, o2, inv, rows_ok, KEEP, RELABELED)
+    _store_chunk(ptr, row_off, 3, o3, inv, rows_ok, KEEP, RELABELED)
 
 
 # as `_mla_decode_ws_kernel`: no recompile when a size becomes 1 or changes its divisibility by 16

@@ -66,12 +66,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from .gluon_common import D_ROPE, opaque_zero, wait_for_prior_grid
 from .mla_decode_ws import _no_inf, _piece
 from .mla_decode_ws16 import (
-    ALL_CHUNKS,
     BLOCK_N,
     CHUNK,
     HALF,
-    HIGH_CHUNKS,
-    LOW_CHUNKS,
     N_CHUNKS,
     RESCALE_LOG2,
     ROWS,
@@ -247,11 +244,11 @@ def _vector_smem():
 
 
 @gluon.jit
-def _consumer(q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat_s, q_ready, q_empty, q16_ready,
-              q16_empty, k_ready, k_empty, merge_full, merge_empty, back_full, back_empty, schedule_ptr, offsets_ptr,
-              cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code,
-              window, qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r,
-              stride_pl_s, HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, WG: gl.constexpr):
+def _consumer(q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat_s, q_ready, q_empty,
+              q16_ready, q16_empty, k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr,
+              lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t,
+              stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr,
+              SLOTS: gl.constexpr, WG: gl.constexpr):
     layout: gl.constexpr = _acc_layout()
     col_l: gl.constexpr = gl.SliceLayout(0, layout)
     key_l: gl.constexpr = gl.SliceLayout(1, layout)
@@ -382,71 +379,49 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s
                     # warps at the barrier before the slot's release)
                     mbarrier.arrive(q16_empty.index(qb))
             l_i = gl.sum(l_cols, axis=0)
-            if other_has:
-                # the consumers swap half their output columns with their (m, l) through shared memory (consumer
-                # 1 sends chunks 0 and 1, consumer 0 chunks 2 and 3), then each merges and writes its half:
-                # consumer 1 handing all of O to consumer 0, which wrote it all, took about 2 us at a piece's end
-                # (BENCHMARKS.md, twenty-fifth session)
-                if WG == 1:
+            if WG == 1:
+                if other_has:
+                    # hand (m, l, O) to consumer 0 once it has read the previous piece's
                     mbarrier.wait(merge_empty, (merges & 1) ^ 1)
                     stat_s.index(0).store(m_i)
                     stat_s.index(1).store(l_i)
                     ox_s.index(0).store(o0)
                     ox_s.index(1).store(o1)
-                    gl.thread_barrier()
-                    mbarrier.arrive(merge_full)
-                    mbarrier.wait(back_full, merges & 1)
-                    m_x = stat_s.index(2).load(col_l)
-                    l_x = stat_s.index(3).load(col_l)
-                    x_a = ox_s.index(2).load(acc2)
-                    x_b = ox_s.index(3).load(acc2)
-                    # (no copy writes ox_s: the proxy fence only keeps every arrival after shared loads fenced,
-                    # the rule tests/test_launch_order.py checks in this partition)
-                    fence_async_shared()
-                    gl.thread_barrier()
-                    mbarrier.arrive(back_empty)
-                    own_a = o2
-                    own_b = o3
-                else:
-                    mbarrier.wait(back_empty, (merges & 1) ^ 1)
-                    stat_s.index(2).store(m_i)
-                    stat_s.index(3).store(l_i)
                     ox_s.index(2).store(o2)
                     ox_s.index(3).store(o3)
                     gl.thread_barrier()
-                    mbarrier.arrive(back_full)
+                    mbarrier.arrive(merge_full)
+                    merges += 1
+            else:
+                # O merged with consumer 1's
+                m_x = gl.full([ROWS], float("-inf"), gl.float32, col_l)
+                l_x = gl.zeros([ROWS], gl.float32, col_l)
+                if other_has:
                     mbarrier.wait(merge_full, merges & 1)
                     m_x = stat_s.index(0).load(col_l)
                     l_x = stat_s.index(1).load(col_l)
-                    x_a = ox_s.index(0).load(acc2)
-                    x_b = ox_s.index(1).load(acc2)
-                    gl.thread_barrier()
-                    mbarrier.arrive(merge_empty)
-                    own_a = o0
-                    own_b = o1
-                merges += 1
                 m = gl.maximum(m_i, m_x)
                 m_use = _no_inf(m)
                 a_own = gl.exp2(m_i - m_use)
                 a_x = gl.exp2(m_x - m_use)
-                # summed in the same order in both (consumer 0's term first): both halves divide by the same l
-                if WG == 0:
-                    l_m = l_i * a_own + l_x * a_x
-                else:
-                    l_m = l_x * a_x + l_i * a_own
+                l_i = l_i * a_own + l_x * a_x
                 f_own = gl.convert_layout(a_own, ocol_l)
-                f_x = gl.convert_layout(a_x, ocol_l)
-                h_a = own_a * f_own[None, :] + x_a * f_x[None, :]
-                h_b = own_b * f_own[None, :] + x_b * f_x[None, :]
-                _finish_piece(h_a, h_b, h_a, h_b, m, l_m, whole, b, first_seq, w, row_start, num_q, num_heads,
-                              sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h,
-                              stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK, True,
-                              LOW_CHUNKS if WG == 0 else HIGH_CHUNKS)
-            elif WG == 0:
-                # consumer 1 had no block of the piece: consumer 0's state is the piece's
-                _finish_piece(o0, o1, o2, o3, m_i, l_i, whole, b, first_seq, w, row_start, num_q, num_heads, sink_ptr,
+                o0 = o0 * f_own[None, :]
+                o1 = o1 * f_own[None, :]
+                o2 = o2 * f_own[None, :]
+                o3 = o3 * f_own[None, :]
+                if other_has:
+                    f_x = gl.convert_layout(a_x, ocol_l)
+                    o0 = o0 + ox_s.index(0).load(acc2) * f_x[None, :]
+                    o1 = o1 + ox_s.index(1).load(acc2) * f_x[None, :]
+                    o2 = o2 + ox_s.index(2).load(acc2) * f_x[None, :]
+                    o3 = o3 + ox_s.index(3).load(acc2) * f_x[None, :]
+                    gl.thread_barrier()
+                    mbarrier.arrive(merge_empty)
+                    merges += 1
+                _finish_piece(o0, o1, o2, o3, m, l_i, whole, b, first_seq, w, row_start, num_q, num_heads, sink_ptr,
                               out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h, stride_lse_t,
-                              stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK, True, ALL_CHUNKS)
+                              stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK, True)
         c0 += n_blocks
 
 
@@ -478,16 +453,14 @@ def _mla_decode_ws16_rs_kernel(
     red_a = gl.allocate_shared_memory(gl.float32, [2, 4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     red_b = gl.allocate_shared_memory(gl.float32, [2, 4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     ox_s = gl.allocate_shared_memory(gl.float32, [N_CHUNKS, CHUNK, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    stat_s = gl.allocate_shared_memory(gl.float32, [4, ROWS], _vector_smem())
+    stat_s = gl.allocate_shared_memory(gl.float32, [2, ROWS], _vector_smem())
     k_ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
-    qb = gl.allocate_shared_memory(gl.int64, [6, 1], mbarrier.MBarrierLayout())
+    qb = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
     q_ready = qb.index(0)
     q_empty = qb.index(1)
     merge_full = qb.index(2)
     merge_empty = qb.index(3)
-    back_full = qb.index(4)
-    back_empty = qb.index(5)
     q16_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     q16_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(SLOTS):
@@ -500,21 +473,19 @@ def _mla_decode_ws16_rs_kernel(
     mbarrier.init(q_empty, count=1)
     mbarrier.init(merge_full, count=1)
     mbarrier.init(merge_empty, count=1)
-    mbarrier.init(back_full, count=1)
-    mbarrier.init(back_empty, count=1)
     fence_async_shared()
 
     gl.warp_specialize([
         (_consumer, (q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_a, red_a, ox_s, stat_s, q_ready, q_empty,
-                     q16_ready, q16_empty, k_ready, k_empty, merge_full, merge_empty, back_full, back_empty,
-                     schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr,
-                     part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h,
-                     stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK, SLOTS, 0)),
+                     q16_ready, q16_empty, k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr,
+                     sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window,
+                     qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r,
+                     stride_pl_s, HAS_SINK, SLOTS, 0)),
         (_consumer, (q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_b, red_b, ox_s, stat_s, q_ready, q_empty,
-                     q16_ready, q16_empty, k_ready, k_empty, merge_full, merge_empty, back_full, back_empty,
-                     schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr,
-                     part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t, stride_o_h,
-                     stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK, SLOTS, 1)),
+                     q16_ready, q16_empty, k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr,
+                     sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window,
+                     qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r,
+                     stride_pl_s, HAS_SINK, SLOTS, 1)),
         (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
                    k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch,
                    num_heads, mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b,
