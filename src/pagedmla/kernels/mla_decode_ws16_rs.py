@@ -375,8 +375,10 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s
                     mbarrier.arrive(k_empty.index((2 * c) % SLOTS))
                     mbarrier.arrive(k_empty.index((2 * c + 1) % SLOTS))
                 if WG == 0:
-                    # q's buffer back to consumer 1 (consumer 0's last block waited for its MMAs, then for its
-                    # warps at the barrier before the slot's release)
+                    # q's buffer back to consumer 1 once every warp is done with it: past its last MMA (each block
+                    # waits for its MMAs) and its read of qd_s (a piece whose only block is consumer 1's has no
+                    # block barrier in this consumer)
+                    gl.thread_barrier()
                     mbarrier.arrive(q16_empty.index(qb))
             l_i = gl.sum(l_cols, axis=0)
             if WG == 1:
