@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# One device call (edit per session). The twenty-fifth session's: the register kernel's ws16 gpu tests (with its
-# in-kernel merge of split sequences, and test_gpu_ws16_rs_merge), the crash hunt (fp8_crash_loop.py, ITERS
-# iterations with core dumps on), the merge's cost (rs_tail.py: in-kernel, combine, none), then the harness at 16
-# heads.
+# One device call (edit per session). Prepared for the twenty-sixth session's first call: the ws16 gpu tests of
+# both 16-row FP8 kernels (the twenty-fifth session ran the register kernel's only, after its q-sharing change),
+# the crash hunt (fp8_crash_loop.py, ITERS iterations with core dumps on), the combine's cost (rs_tail.py), the
+# register kernel's timeline (rs_timeline.py), then the harness at 16 heads.
 # Usage on the device: COMMIT=<sha> OUT=<dir> [ITERS=400] bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 f="$OUT/gpu-tests-ws16-$COMMIT.txt"
 PYTHONPATH=src timeout 300 python3 -m pytest -q -x -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py \
-  -k "${TESTS:-ws16 and (registers or automatic or rs_merge)}" \
+  -k "${TESTS:-ws16}" \
   > "$f" 2>&1
 echo "ws16 tests rc $?"; tail -1 "$f"; grep -E "^FAILED|Error" "$f" | head -8
 export CUDA_ENABLE_COREDUMP_ON_EXCEPTION=1 CUDA_COREDUMP_FILE="$OUT/core.%p"
@@ -26,8 +26,11 @@ fi
 unset CUDA_ENABLE_COREDUMP_ON_EXCEPTION
 f="$OUT/rs-tail-$COMMIT.txt"
 PYTHONPATH=src:benchmarks timeout 90 python3 benchmarks/experiments/rs_tail.py --case 64,4096 --case 128,4096 \
-  --combine-rows 16 > "$f" 2>&1
+  > "$f" 2>&1
 echo "tail rc $?"; tail -12 "$f"
+f="$OUT/rs-timeline-$COMMIT.txt"
+PYTHONPATH=src:benchmarks timeout 60 python3 benchmarks/experiments/rs_timeline.py --case 64,4096 > "$f" 2>&1
+echo "timeline rc $?"; grep -E "q_widened|first_block_in|written|latest" "$f"
 f="$OUT/bench-decode-h16-$COMMIT.txt"
 PYTHONPATH=src timeout 90 python3 -m pagedmla.cli bench decode --heads 16 --batch 64 128 --keys 4096 \
   --kv-dtype bf16 fp8 --no-reference > "$f" 2>&1
