@@ -244,11 +244,11 @@ def _vector_smem():
 
 
 @gluon.jit
-def _consumer(q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat_s, q_ready, q_empty,
-              q16_ready, q16_empty, k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, sink_ptr, out_ptr,
-              lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale, stride_o_t,
-              stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK: gl.constexpr,
-              SLOTS: gl.constexpr, WG: gl.constexpr):
+def _consumer(q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s, stat_s, q_ready, q_empty, q16_ready,
+              q16_empty, k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr,
+              sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window, qk_scale,
+              stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, HAS_SINK:
+              gl.constexpr, SLOTS: gl.constexpr, WG: gl.constexpr):
     layout: gl.constexpr = _acc_layout()
     col_l: gl.constexpr = gl.SliceLayout(0, layout)
     key_l: gl.constexpr = gl.SliceLayout(1, layout)
@@ -479,15 +479,15 @@ def _mla_decode_ws16_rs_kernel(
 
     gl.warp_specialize([
         (_consumer, (q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_a, red_a, ox_s, stat_s, q_ready, q_empty,
-                     q16_ready, q16_empty, k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr,
-                     sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window,
-                     qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r,
-                     stride_pl_s, HAS_SINK, SLOTS, 0)),
+                     q16_ready, q16_empty, k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr,
+                     cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads,
+                     mask_code, window, qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
+                     stride_po_r, stride_pl_s, HAS_SINK, SLOTS, 0)),
         (_consumer, (q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_b, red_b, ox_s, stat_s, q_ready, q_empty,
-                     q16_ready, q16_empty, k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr,
-                     sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads, mask_code, window,
-                     qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r,
-                     stride_pl_s, HAS_SINK, SLOTS, 1)),
+                     q16_ready, q16_empty, k_ready, k_empty, merge_full, merge_empty, schedule_ptr, offsets_ptr,
+                     cache_lengths_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, w, batch, num_heads,
+                     mask_code, window, qk_scale, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
+                     stride_po_r, stride_pl_s, HAS_SINK, SLOTS, 1)),
         (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
                    k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch,
                    num_heads, mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b,
