@@ -150,24 +150,15 @@ def _table_entries(lookup_row, k_lo, hi, page_size, first, n_blocks):
 def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
             k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch, num_heads,
             mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b, stride_s_s, stride_lt_b,
-            table_cols, SLOTS: gl.constexpr, SPLIT_LATENT: gl.constexpr, GUESS_TABLE: gl.constexpr):
+            SLOTS: gl.constexpr, SPLIT_LATENT: gl.constexpr):
     """The copies: q's rows per piece; each block's two halves of 32 rows (their 512 latent and 128 rope bytes by
     TMA, their scales by `cp.async`), each into ring slot `(2c + h) % SLOTS` once its consumer released it.
     SPLIT_LATENT (`mla_decode_ws16_rs`): a half's latent in four boxes of 128 bytes a row, swizzled; slot st is
     half st % 2 of pair st // 2, whose latent chunk ch is `raw_s.index(4 * (st // 2) + ch)` `[64, 32]` and rope
-    `rr_s.index(st // 2)`. GUESS_TABLE: the first piece's table entries are loaded with the schedule's first key
-    while the piece's length is still on its way (`table_cols`: the table's width, which bounds the guess's
-    loads); they serve if the piece's first block is that key's, as it is for decode tokens under the masks
-    without a window, and else the piece loads its own: one dependent load fewer before the first copies."""
+    `rr_s.index(st // 2)`."""
     sc_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     wait_for_prior_grid(w)
     first_seq, last_seq = _span(schedule_ptr, w, batch)
-    if GUESS_TABLE:
-        first_key = gl.load(schedule_ptr + (1 + w) * 4 + 1)
-        guess_k_lo = first_key - first_key % BLOCK_N
-        col = (guess_k_lo + gl.arange(0, ENTRIES, _entry_layout()) * BLOCK_N) // page_size
-        guess = gl.load(lookup_ptr + first_seq.to(gl.int64) * stride_lt_b + col,
-                        mask=(first_seq < batch) & (col < table_cols), other=0)
     c = 0
     pieces = 0
     for b in range(first_seq, last_seq + 1):
@@ -187,14 +178,7 @@ def _loader(q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, 
             # the table entries of the blocks, ENTRIES blocks per load, one load ahead: a load per block would put
             # its latency on every block's copies. (A group's entries live in the outer loop's body: reassigned
             # under an `if` in the block loop they were not carried across its iterations.)
-            if GUESS_TABLE:
-                # (entries past the piece's blocks differ, and are never used)
-                if (b == first_seq) & (k_lo == guess_k_lo):
-                    nxt = guess
-                else:
-                    nxt = _table_entries(lookup_row, k_lo, hi, page_size, 0, n_blocks)
-            else:
-                nxt = _table_entries(lookup_row, k_lo, hi, page_size, 0, n_blocks)
+            nxt = _table_entries(lookup_row, k_lo, hi, page_size, 0, n_blocks)
             for g in range(0, n_blocks, ENTRIES):
                 entries = nxt
                 nxt = _table_entries(lookup_row, k_lo, hi, page_size, g + ENTRIES, n_blocks)
@@ -494,14 +478,13 @@ def _store_chunks(ptr, row_off, o0, o1, o2, o3, inv, rows_ok, KEEP: gl.constexpr
 
 
 # as `_mla_decode_ws_kernel`: no recompile when a size becomes 1 or changes its divisibility by 16
-@gluon.jit(do_not_specialize=["batch", "num_heads", "mask_code", "window", "page_size", "page_rows", "layer_row0",
-                              "table_cols"])
+@gluon.jit(do_not_specialize=["batch", "num_heads", "mask_code", "window", "page_size", "page_rows", "layer_row0"])
 def _mla_decode_ws16_kernel(
     q_desc, qr_desc, lat_desc, rope_desc, out_ptr, lse_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr,
     schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr,
     batch, num_heads, mask_code, window, qk_scale, page_size, page_rows, layer_row0, s_layer_off,
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-    stride_s_b, stride_s_s, table_cols,
+    stride_s_b, stride_s_s,
     HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, WIDEN_WARPS: gl.constexpr, WIDEN_REGS: gl.constexpr,
     LOADER_REGS: gl.constexpr,
 ):
@@ -558,5 +541,5 @@ def _mla_decode_ws16_kernel(
         (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
                    k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch,
                    num_heads, mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b,
-                   stride_s_s, stride_lt_b, table_cols, SLOTS, False, False)),
+                   stride_s_s, stride_lt_b, SLOTS, False)),
     ], [WIDEN_WARPS, 1], [WIDEN_REGS, LOADER_REGS])

@@ -427,14 +427,13 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s
         c0 += n_blocks
 
 
-@gluon.jit(do_not_specialize=["batch", "num_heads", "mask_code", "window", "page_size", "page_rows", "layer_row0",
-                              "table_cols"])
+@gluon.jit(do_not_specialize=["batch", "num_heads", "mask_code", "window", "page_size", "page_rows", "layer_row0"])
 def _mla_decode_ws16_rs_kernel(
     q_desc, qr_desc, lat_desc, rope_desc, out_ptr, lse_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr,
     schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr, scales_ptr,
     batch, num_heads, mask_code, window, qk_scale, page_size, page_rows, layer_row0, s_layer_off,
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-    stride_s_b, stride_s_s, table_cols,
+    stride_s_b, stride_s_s,
     HAS_SINK: gl.constexpr, SLOTS: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
 ):
     """`mla_decode_ws16`'s kernel's arguments (`ops._triton_decode._launch_ws16` launches both), the ring boxes
@@ -492,7 +491,7 @@ def _mla_decode_ws16_rs_kernel(
         (_loader, (q_desc, qr_desc, lat_desc, rope_desc, q_s, qr_s, raw_s, rr_s, sc_s, q_ready, q_empty, k_ready,
                    k_empty, schedule_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, scales_ptr, w, batch,
                    num_heads, mask_code, window, page_size, page_rows, layer_row0, s_layer_off, stride_s_b,
-                   stride_s_s, stride_lt_b, table_cols, SLOTS, True, True)),
+                   stride_s_s, stride_lt_b, SLOTS, True)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 

@@ -429,7 +429,7 @@ def _launch_ws16(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         batch, q.shape[1], mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows, layer_row0,
         layer_idx * scales.stride(2), lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0),
         lse.stride(1), part_out.stride(0), part_out.stride(1), part_lse.stride(0), scales.stride(0),
-        scales.stride(3), lookup_table.shape[1],
+        scales.stride(3),
         HAS_SINK=sink is not lse, num_warps=4, **consts, **pdl_kwargs(pdl))
 
 
