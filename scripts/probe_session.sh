@@ -1,37 +1,20 @@
 #!/usr/bin/env bash
-# One device call (edit per session). Prepared for the twenty-sixth session's first call: the ws16 gpu tests of
-# both 16-row FP8 kernels (the twenty-fifth session ran the register kernel's only, after its q-sharing change),
-# the crash hunt (fp8_crash_loop.py, ITERS iterations with core dumps on), the combine's cost (rs_tail.py), the
-# register kernel's timeline (rs_timeline.py), then the harness at 16 heads.
-# Usage on the device: COMMIT=<sha> OUT=<dir> [ITERS=400] bash scripts/probe_session.sh
+# One device call (edit per session). Twenty-sixth session, call 1: what the plan's worker count does to the
+# register FP8 kernel at B64 (rs_tail.py --workers), and where batch 1 at 128 heads spends its time (rs_tail.py
+# on the 128-head case: the combine's cost; ws_timeline.py: the kernel's stamps).
+# Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-f="$OUT/gpu-tests-ws16-$COMMIT.txt"
-PYTHONPATH=src timeout 300 python3 -m pytest -q -x -m gpu -p no:cacheprovider -rf tests/test_decode_triton.py \
-  -k "${TESTS:-ws16}" \
-  > "$f" 2>&1
-echo "ws16 tests rc $?"; tail -1 "$f"; grep -E "^FAILED|Error" "$f" | head -8
-export CUDA_ENABLE_COREDUMP_ON_EXCEPTION=1 CUDA_COREDUMP_FILE="$OUT/core.%p"
-export CUDA_COREDUMP_GENERATION_FLAGS="skip_nonrelocated_elf_images,skip_global_memory,skip_shared_memory,skip_local_memory,skip_constbank_memory"
-f="$OUT/crash-loop-$COMMIT.txt"
-PYTHONPATH=src timeout 70 python3 benchmarks/experiments/fp8_crash_loop.py --iters "${ITERS:-200}" > "$f" 2>&1
-echo "loop rc $?"; grep -v CUDAEvent "$f" | tail -2
-core=$(ls "$OUT"/core.* 2>/dev/null | head -1)
-if [ -n "$core" ]; then
-  timeout 120 cuda-gdb -batch -ex "target cudacore $core" -ex "info cuda kernels" -ex "bt" -ex "x/40i \$pc-320" \
-    -ex "info cuda warps" > "$OUT/core-read.txt" 2>&1
-  head -40 "$OUT/core-read.txt"; rm -f "$core"
-fi
-unset CUDA_ENABLE_COREDUMP_ON_EXCEPTION
-f="$OUT/rs-tail-$COMMIT.txt"
-PYTHONPATH=src:benchmarks timeout 90 python3 benchmarks/experiments/rs_tail.py --case 64,4096 --case 128,4096 \
-  > "$f" 2>&1
-echo "tail rc $?"; tail -12 "$f"
-f="$OUT/rs-timeline-$COMMIT.txt"
-PYTHONPATH=src:benchmarks timeout 60 python3 benchmarks/experiments/rs_timeline.py --case 64,4096 > "$f" 2>&1
-echo "timeline rc $?"; grep -E "q_widened|first_block_in|written|latest" "$f"
-f="$OUT/bench-decode-h16-$COMMIT.txt"
-PYTHONPATH=src timeout 90 python3 -m pagedmla.cli bench decode --heads 16 --batch 64 128 --keys 4096 \
-  --kv-dtype bf16 fp8 --no-reference > "$f" 2>&1
-echo "bench rc $?"; tail -5 "$f"
+f="$OUT/rs-tail-workers-$COMMIT.txt"
+PYTHONPATH=src:benchmarks timeout 150 python3 benchmarks/experiments/rs_tail.py --case 64,4096 --case 128,4096 \
+  --workers 128 130 132 --repeat 2 > "$f" 2>&1
+echo "tail rc $?"; cat "$f" | grep -v Warn | tail -24
+f="$OUT/tail-h128-$COMMIT.txt"
+PYTHONPATH=src:benchmarks timeout 90 python3 benchmarks/experiments/rs_tail.py --case 1,16384,128 --case 1,4096,128 \
+  --repeat 2 > "$f" 2>&1
+echo "tail128 rc $?"; cat "$f" | grep -v Warn | tail -12
+f="$OUT/ws-timeline-$COMMIT.txt"
+PYTHONPATH=src:benchmarks timeout 90 python3 benchmarks/experiments/ws_timeline.py --case 1,16384,128,1 \
+  --json "$OUT/ws-timeline-$COMMIT.json" > "$f" 2>&1
+echo "timeline rc $?"; cat "$f" | tail -30

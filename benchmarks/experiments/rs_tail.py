@@ -9,7 +9,9 @@ cache, causal):
 - `--combine-rows R ...`: the shipped combine with R rows a program (`CombineConfig.block_r`; the heuristic's 4
   gives a grid of 4 programs a sequence at 16 heads, 16 gives one): whether the combine's cost, measured at
   about 3.5 us a call even where no sequence is split (B128 at 128 workers), follows its grid (it does not: 16
-  rows were slower, benchmarks/results/session-25/rs-tail-3a6f2db.txt).
+  rows were slower, benchmarks/results/session-25/rs-tail-3a6f2db.txt);
+- `--workers W ...`: the shipped combine on plans of W workers instead of the heuristic's (which rounds B64's
+  132 to 128 so that each sequence falls into two whole pieces).
 At 5810b42 the script also had the decode let the next kernel launch once its programs passed their wait
 (`griddepcontrol.launch_dependents`, a flag since removed): B64 N4096 58.5 / 58.9 us without it, 60.0 / 60.6
 with it (benchmarks/results/session-24/rs-tail-5810b42.txt). In the twenty-fifth session it also timed two
@@ -53,9 +55,13 @@ def _combine_first():
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", action="append", default=[], help="B,N (16 heads, one token)")
+    parser.add_argument("--case", action="append", default=[],
+                        help="B,N[,H]: one token; 16 heads (default) on the FP8 cache and the register kernel, "
+                             "other head counts on the bf16 cache and the kernel the launcher picks")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--combine-rows", type=int, nargs="*", default=[])
+    parser.add_argument("--workers", type=int, nargs="*", default=[],
+                        help="time the shipped combine on plans of these worker counts too")
     args = parser.parse_args()
     combines = {"shipped": _triton_decode._mla_decode_combine_kernel, "first": _combine_first()}
     launch_combine = _triton_decode._launch_combine
@@ -63,8 +69,11 @@ def main() -> None:
     _triton_decode.WS16_KERNEL = "registers"
     try:
         for text in args.case or ["64,4096"]:
-            b, n = (int(x) for x in text.split(","))
-            case = Case(b, n, 16, 1, fp8=True)
+            b, n, *rest = text.split(",")
+            b, n, heads = int(b), int(n), int(rest[0]) if rest else 16
+            fp8 = heads == 16  # other head counts: the bf16 cache and the launcher's own kernel
+            case = Case(b, n, heads, 1, fp8=fp8)
+            config = WS16 if fp8 else None
             plan = case.plan()
             for _ in range(args.repeat):
                 for combine in ("shipped", "first", "none"):
@@ -73,15 +82,20 @@ def main() -> None:
                     else:
                         _triton_decode._mla_decode_combine_kernel = combines[combine]
                     try:
-                        us = _time_graph(case.run(plan, WS16)) * 1e3 / case.copies
+                        us = _time_graph(case.run(plan, config)) * 1e3 / case.copies
                     finally:
                         _triton_decode._launch_combine = launch_combine
                         _triton_decode._mla_decode_combine_kernel = combines["shipped"]
-                    print(f"B{b} N{n} W{plan.num_partitions} combine={combine}: {us:.1f} us", flush=True)
+                    print(f"H{heads} B{b} N{n} W{plan.num_partitions} combine={combine}: {us:.1f} us", flush=True)
+                for workers in args.workers:
+                    other = case.plan(workers)
+                    us = _time_graph(case.run(other, config)) * 1e3 / case.copies
+                    print(f"H{heads} B{b} N{n} W{other.num_partitions} (asked {workers}) combine=shipped: {us:.1f} us",
+                          flush=True)
                 for rows in args.combine_rows:
                     ccfg = CombineConfig(block_p=2, block_r=rows, block_dv=512, num_warps=4)
-                    us = _time_graph(case.run(plan, WS16, ccfg)) * 1e3 / case.copies
-                    print(f"B{b} N{n} W{plan.num_partitions} combine rows={rows}: {us:.1f} us", flush=True)
+                    us = _time_graph(case.run(plan, config, ccfg)) * 1e3 / case.copies
+                    print(f"H{heads} B{b} N{n} W{plan.num_partitions} combine rows={rows}: {us:.1f} us", flush=True)
     finally:
         _triton_decode.WS16_KERNEL = saved
 
