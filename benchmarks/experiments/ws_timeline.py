@@ -27,8 +27,10 @@ from decode_probe import Case
 from stamped_kernels import SourcePatch, load_patched, pct, replay_stamped, stamp_helper
 
 STAMPS = ["entry", "post_wait", "first_copy", "q_ready", "first_logits", "loop_end", "exit_c0", "exit_c1"]
+# consumer 0's first epilogue of a partial tile (slots 9-11; slot 8 holds the SM)
+EPI_STAMPS = {"epi_waited": 9, "epi_staged": 10, "epi_stored": 11}
 SM_SLOT = 8
-WIDTH = 10  # int64 slots per program
+WIDTH = 12  # int64 slots per program
 
 _HELPER = stamp_helper(WIDTH, SM_SLOT, "gl.program_id(0)")
 
@@ -46,17 +48,27 @@ def _patched_source(no_stores: bool = False) -> str:
     # the kernel takes the stamp buffer after part_lse_ptr; each consumer takes it last
     sub("    sink_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc,\n",
         "    sink_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, stamps_ptr,\n")
-    sub("HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr):\n", "HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr, stamps_ptr):\n")
-    sub("HAS_SINK, TMA_OUT)),\n", "HAS_SINK, TMA_OUT, stamps_ptr)),\n", count=2)
+    sub("HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr, START: gl.constexpr):\n",
+        "HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr, START: gl.constexpr, stamps_ptr):\n")
+    sub("HAS_SINK, TMA_OUT, START)),\n", "HAS_SINK, TMA_OUT, START, stamps_ptr)),\n", count=2)
     sub("    pid = gl.program_id(0)\n    w = pid // num_tiles\n",
         "    pid = gl.program_id(0)\n    _stamp(stamps_ptr, 0)\n    w = pid // num_tiles\n")
     sub("    wait_for_prior_grid(w)\n", "    wait_for_prior_grid(w)\n    if C == 0:\n        _stamp(stamps_ptr, 1)\n")
-    sub("                    mbarrier.wait(q_empty, (pieces & 1) ^ 1)\n",
-        "                    if pieces == 0:\n                        _stamp(stamps_ptr, 2)\n"
-        "                    mbarrier.wait(q_empty, (pieces & 1) ^ 1)\n")
     sub("                mbarrier.wait(q_ready, pieces & 1)\n",
+        "                if C == 0:\n                    if pieces == 0:\n                        _stamp(stamps_ptr, 2)\n"
         "                mbarrier.wait(q_ready, pieces & 1)\n                if C == 0:\n"
         "                    if pieces == 0:\n                        _stamp(stamps_ptr, 3)\n")
+    # consumer 0's epilogue (`_stage_and_store`): its waits passed, its tile staged, the store's read of it done
+    sub("def _stage_and_store(C: gl.constexpr, out,", "def _stage_and_store(C: gl.constexpr, stamps_ptr, out,")
+    sub("_stage_and_store(C, out,", "_stage_and_store(C, stamps_ptr, out,")
+    sub("            mbarrier.wait(q_empty, (pieces - 1) & 1)\n",
+        "            mbarrier.wait(q_empty, (pieces - 1) & 1)\n        if epis == 0:\n            _stamp(stamps_ptr, 9)\n")
+    sub("        gl.thread_barrier()\n        tma.async_copy_shared_to_global(po_desc,",
+        "        gl.thread_barrier()\n        if C == 0:\n            if epis == 0:\n                _stamp(stamps_ptr, 10)\n"
+        "        tma.async_copy_shared_to_global(po_desc,")
+    sub("    tma.store_wait(0)\n    gl.thread_barrier()  # the store has read the tile (the wait holds for the thread that issued it)\n",
+        "    tma.store_wait(0)\n    gl.thread_barrier()  # the store has read the tile (the wait holds for the thread that issued it)\n"
+        "    if C == 0:\n        if epis == 0:\n            _stamp(stamps_ptr, 11)\n")
     sub("lo_max, hi_min, qk_scale)\n                        m_a = gl.maximum(m_i, gl.max(s, axis=1))\n",
         "lo_max, hi_min, qk_scale)\n                        if (pieces == 0) & (j == 0):\n"
         "                            _stamp(stamps_ptr, 4)\n"
@@ -90,6 +102,9 @@ def timeline(case: Case, calls: int, no_stores: bool = False) -> dict:
         s = stamps[k].cpu()
         t0 = int(s[:, 1].min())
         row = {name: pct(s[:, i] - t0) for i, name in enumerate(STAMPS)}
+        for name, i in EPI_STAMPS.items():
+            got = s[:, i] > 0  # unset where the first epilogue wrote a whole sequence's rows
+            row[name] = pct(s[got, i] - t0) if bool(got.any()) else None
         row["first_block_wait_us"] = pct(s[:, 4] - s[:, 2])
         row["loop_us"] = pct(s[:, 5] - s[:, 3])
         row["epilogue_us"] = pct(s[:, 6] - s[:, 5])
@@ -109,8 +124,11 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=12)
     parser.add_argument("--no-stores", action="store_true",
                         help="predicate off the output and partial stores (the answers are then not written)")
+    parser.add_argument("--start", type=int, default=0, help="`_mla_decode_ws_kernel`'s START (experiment hook)")
     parser.add_argument("--json")
     args = parser.parse_args()
+    from pagedmla.ops import _triton_decode
+    _triton_decode.WS_START = args.start
     reports = []
     for text in args.case:
         b, n, h, q = (int(x) for x in text.split(","))
@@ -121,7 +139,7 @@ def main() -> None:
               + (", stores predicated off" if args.no_stores else ""))
         for row in rep["per_call"][1:3]:
             print(f"  call {row['call_us']} us, gap to next call's first post-wait {row['gap_to_next_us']} us")
-            for name in STAMPS + ["first_block_wait_us", "loop_us", "epilogue_us", "next_entry_vs_last_exit_us"]:
+            for name in STAMPS + list(EPI_STAMPS) + ["first_block_wait_us", "loop_us", "epilogue_us", "next_entry_vs_last_exit_us"]:
                 print(f"    {name:26s} {row[name]}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(reports, indent=1))

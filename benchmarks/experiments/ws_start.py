@@ -1,0 +1,77 @@
+"""A piece's start in the 64-row warp-specialized decode (`kernels.mla_decode_ws`) and the combine's first loads,
+timed in CUDA graphs of back-to-back calls (decode_probe's cases, one query token).
+
+Variants:
+- `START` (`ops._triton_decode.WS_START`, the kernel's constexpr): 0 the first pair's blocks, then q; 1 q, then
+  the blocks; 2 q, block a, and on a worker's first piece block b only once block a has landed. At batch 1
+  every program asks for its first two blocks at once (128 heads N16384: about 19 MB), and the first logits wait
+  about 4.9 us for block a (ws_timeline.py, twenty-sixth session);
+- combine `shipped`, or `hoisted`: a patched copy of `_mla_decode_combine_kernel` that loads the schedule and the
+  row offsets before its wait for the decode kernel (they are written before the decode kernel, which never
+  lets its dependents launch early, so they are complete once the combine runs).
+16-head cases run the register FP8 kernel (combine variants only).
+
+    PYTHONPATH=src:benchmarks python3 benchmarks/experiments/ws_start.py --case 1,16384,128 [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from decode_probe import Case, _time_graph
+from stamped_kernels import SourcePatch, load_patched
+
+from pagedmla.configs.decode import WS16
+from pagedmla.ops import _triton_decode
+
+WAIT = """    if PDL:
+        gdc_wait()
+        # the next kernel, if launched the same way, may be scheduled (it waits for this one's end)
+        gdc_launch_dependents()
+"""
+LOADS_END = "    num_rows = (tl.load(offsets_ptr + b + 1) - row_start) * num_heads\n"
+
+
+def _combine_hoisted():
+    import pagedmla.kernels.mla_decode as md
+    patch = SourcePatch(pathlib.Path(md.__file__).read_text())
+    for rel in ("common", "fp8"):
+        patch.sub(f"from .{rel} ", f"from pagedmla.kernels.{rel} ")
+    patch.sub(WAIT, "")
+    patch.sub(LOADS_END, LOADS_END + WAIT)
+    return load_patched("ws_start_combine_hoisted", patch.src)._mla_decode_combine_kernel
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", action="append", default=[], help="B,N,H")
+    parser.add_argument("--starts", type=int, nargs="*", default=[0, 1, 2])
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    combines = {"shipped": _triton_decode._mla_decode_combine_kernel, "hoisted": _combine_hoisted()}
+    saved = _triton_decode.WS16_KERNEL, _triton_decode.WS_START
+    _triton_decode.WS16_KERNEL = "registers"
+    try:
+        for text in args.case:
+            b, n, heads = (int(x) for x in text.split(","))
+            fp8 = heads == 16
+            case = Case(b, n, heads, 1, fp8=fp8)
+            plan = case.plan()
+            for _ in range(args.repeat):
+                for start in ([0] if fp8 else args.starts):
+                    _triton_decode.WS_START = start
+                    for name, kernel in combines.items():
+                        _triton_decode._mla_decode_combine_kernel = kernel
+                        us = _time_graph(case.run(plan, WS16 if fp8 else None)) * 1e3 / case.copies
+                        print(f"H{heads} B{b} N{n} W{plan.num_partitions} start={start} combine={name}: {us:.1f} us",
+                              flush=True)
+    finally:
+        _triton_decode.WS16_KERNEL, _triton_decode.WS_START = saved
+        _triton_decode._mla_decode_combine_kernel = combines["shipped"]
+
+
+if __name__ == "__main__":
+    main()
