@@ -180,6 +180,17 @@ def _source(name: str) -> str:
             patch.sub(f"ox_s.index({k})", "ox_s.index(0)", count=2)
     if name == "loader-only":
         patch.sub(BLOCK_LOOP, PASS_LOOP)
+    if name in ("trigger-end", "trigger-last"):
+        # the combine (the next kernel) may launch once every program is at its last piece's end / start
+        # (`griddepcontrol.launch_dependents`; the shipped kernel never triggers, so the combine launches at its end)
+        trigger = ("griddepcontrol.launch_dependents; mov.b32 $0, $1;", "=r,r", "[w], dtype=gl.int32, is_pure=False, pack=1")
+        call = f'gl.inline_asm_elementwise("{trigger[0]}", "{trigger[1]}", {trigger[2]})'
+        if name == "trigger-end":
+            at = "                _finish_piece(o0, o1, o2, o3, m, l_i, whole, b, first_seq, w,"
+            patch.sub(at, f"                if b == last_seq:\n                    {call}\n" + at)
+        else:
+            at = "            if n_blocks > 0:\n                # consumer 1 widens q"
+            patch.sub(at, f"            if b == last_seq:\n                {call}\n" + at)
     if name == "no-qscale":
         ones = "gl.full([ROWS], 1.0, gl.float32, col_l)"
         patch.sub("                    up, down = _q_scale(q_s, col_l)\n",

@@ -45,14 +45,36 @@ def _combine_hoisted():
     return load_patched("ws_start_combine_hoisted", patch.src)._mla_decode_combine_kernel
 
 
+TRIGGER = ('gl.inline_asm_elementwise("griddepcontrol.launch_dependents; mov.b32 $0, $1;", "=r,r", [w], '
+           'dtype=gl.int32, is_pure=False, pack=1)')
+EPILOGUE = "            if TMA_OUT:\n                _stage_and_store("
+
+
+def _ws_trigger_end():
+    """`_mla_decode_ws_kernel` that lets the next kernel (the combine) launch once each program is at its last
+    piece's epilogue (the shipped kernel never does: the combine launches at its end)."""
+    import pagedmla.kernels.mla_decode_ws as ws
+    patch = SourcePatch(pathlib.Path(ws.__file__).read_text())
+    patch.sub("from .gluon_common ", "from pagedmla.kernels.gluon_common ")
+    patch.sub(EPILOGUE, f"            if b == last_seq:\n                {TRIGGER}\n" + EPILOGUE)
+    return load_patched("ws_start_trigger_end", patch.src)._mla_decode_ws_kernel
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", default=[], help="B,N,H")
     parser.add_argument("--starts", type=int, nargs="*", default=[0, 1, 2])
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--combines", nargs="*", default=["shipped", "hoisted"])
+    parser.add_argument("--trigger", action="store_true", help="also time the kernel with `_ws_trigger_end`")
     args = parser.parse_args()
     combines = {"shipped": _triton_decode._mla_decode_combine_kernel, "hoisted": _combine_hoisted()}
+    combines = {name: combines[name] for name in args.combines}
+    kernels = {"shipped": _triton_decode._mla_decode_ws_kernel}
+    if args.trigger:
+        kernels["trigger-end"] = _ws_trigger_end()
     saved = _triton_decode.WS16_KERNEL, _triton_decode.WS_START
+    shipped_combine = _triton_decode._mla_decode_combine_kernel
     _triton_decode.WS16_KERNEL = "registers"
     try:
         for text in args.case:
@@ -63,14 +85,18 @@ def main() -> None:
             for _ in range(args.repeat):
                 for start in ([0] if fp8 else args.starts):
                     _triton_decode.WS_START = start
-                    for name, kernel in combines.items():
-                        _triton_decode._mla_decode_combine_kernel = kernel
-                        us = _time_graph(case.run(plan, WS16 if fp8 else None)) * 1e3 / case.copies
-                        print(f"H{heads} B{b} N{n} W{plan.num_partitions} start={start} combine={name}: {us:.1f} us",
-                              flush=True)
+                    for kname, ws_kernel in (kernels.items() if not fp8 else [("rs", None)]):
+                        if ws_kernel is not None:
+                            _triton_decode._mla_decode_ws_kernel = ws_kernel
+                        for name, kernel in combines.items():
+                            _triton_decode._mla_decode_combine_kernel = kernel
+                            us = _time_graph(case.run(plan, WS16 if fp8 else None)) * 1e3 / case.copies
+                            print(f"H{heads} B{b} N{n} W{plan.num_partitions} start={start} kernel={kname} "
+                                  f"combine={name}: {us:.1f} us", flush=True)
     finally:
         _triton_decode.WS16_KERNEL, _triton_decode.WS_START = saved
-        _triton_decode._mla_decode_combine_kernel = combines["shipped"]
+        _triton_decode._mla_decode_combine_kernel = shipped_combine
+        _triton_decode._mla_decode_ws_kernel = kernels["shipped"]
 
 
 if __name__ == "__main__":
