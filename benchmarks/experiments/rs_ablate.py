@@ -180,7 +180,7 @@ def _source(name: str) -> str:
             patch.sub(f"ox_s.index({k})", "ox_s.index(0)", count=2)
     if name == "loader-only":
         patch.sub(BLOCK_LOOP, PASS_LOOP)
-    if name in ("trigger-end", "trigger-last"):
+    if name in ("trigger-end", "trigger-last", "trigger-merge"):
         # the combine (the next kernel) may launch once every program is at its last piece's end / start
         # (`griddepcontrol.launch_dependents`; the shipped kernel never triggers, so the combine launches at its end)
         trigger = ("griddepcontrol.launch_dependents; mov.b32 $0, $1;", "=r,r", "[w], dtype=gl.int32, is_pure=False, pack=1")
@@ -188,6 +188,9 @@ def _source(name: str) -> str:
         if name == "trigger-end":
             at = "                _finish_piece(o0, o1, o2, o3, m, l_i, whole, b, first_seq, w,"
             patch.sub(at, f"                if b == last_seq:\n                    {call}\n" + at)
+        elif name == "trigger-merge":  # consumer 0 at its last piece's merge, before it waits for consumer 1
+            at = "                # O merged with consumer 1's\n"
+            patch.sub(at, at + f"                if b == last_seq:\n                    {call}\n")
         else:
             at = "            if n_blocks > 0:\n                # consumer 1 widens q"
             patch.sub(at, f"            if b == last_seq:\n                {call}\n" + at)
@@ -214,6 +217,8 @@ def main() -> None:
     parser.add_argument("--case", action="append", default=[], help="B,N (16 heads, one token)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--only", default=",".join(VARIANTS))
+    parser.add_argument("--workers", type=int, default=None,
+                        help="the plan's workers (default: one per SM; 0: the plan heuristic's)")
     args = parser.parse_args()
     names = args.only.split(",")
     kernels = {name: load_patched(f"rs_ablate_{name.replace('-', '_')}", _source(name))._mla_decode_ws16_rs_kernel
@@ -221,13 +226,13 @@ def main() -> None:
     original = _triton_decode._mla_decode_ws16_rs_kernel
     before = _triton_decode.WS16_KERNEL
     slots = _triton_decode.WS16_RS_SLOTS
-    workers = torch.cuda.get_device_properties(0).multi_processor_count
+    workers = torch.cuda.get_device_properties(0).multi_processor_count if args.workers is None else args.workers
     _triton_decode.WS16_KERNEL = "registers"
     try:
         for text in args.case or ["64,4096"]:
             b, n = (int(x) for x in text.split(","))
             case = Case(b, n, 16, 1, fp8=True)
-            plan = case.plan(workers)
+            plan = case.plan(workers or None)
             for _ in range(args.repeat):
                 for name, kernel in kernels.items():
                     _triton_decode._mla_decode_ws16_rs_kernel = kernel
@@ -237,7 +242,7 @@ def main() -> None:
                     finally:
                         _triton_decode._mla_decode_ws16_rs_kernel = original
                         _triton_decode.WS16_RS_SLOTS = slots
-                    print(f"B{b} N{n} W{workers} {name}: {us:.1f} us {case.bytes / us / 1e6:.2f} TB/s", flush=True)
+                    print(f"B{b} N{n} W{plan.num_partitions} {name}: {us:.1f} us {case.bytes / us / 1e6:.2f} TB/s", flush=True)
     finally:
         _triton_decode.WS16_KERNEL = before
 

@@ -2,13 +2,15 @@
 timed in CUDA graphs of back-to-back calls (decode_probe's cases, one query token).
 
 Variants:
-- `START` (`ops._triton_decode.WS_START`, the kernel's constexpr): 0 the first pair's blocks, then q; 1 q, then
-  the blocks; 2 q, block a, and on a worker's first piece block b only once block a has landed. At batch 1
-  every program asks for its first two blocks at once (128 heads N16384: about 19 MB), and the first logits wait
-  about 4.9 us for block a (ws_timeline.py, twenty-sixth session);
+- (twenty-sixth session, at 2204880 / cd4c904, a `START` hook since removed) the order of a piece's first
+  copies: 0 the first pair's blocks, then q (as shipped before); 1 q, then the blocks (shipped since); 2 q, block
+  a, and on a worker's first piece block b only once block a had landed. 128 heads B1 N16384 25.7-26.2 / 24.2-24.3
+  / 24.2 us, B1 N4096 16.3-16.5 / 15.3-15.4 / 15.3 us; B64 N4096 within its noise (154.6-162.4 us for all three);
+- kernel `trigger-end` (`--trigger`): the decode lets the combine launch once each program is at its last
+  piece's epilogue: 0.7-1.7 us slower at batch 1 (cd4c904);
 - combine `shipped`, or `hoisted`: a patched copy of `_mla_decode_combine_kernel` that loads the schedule and the
   row offsets before its wait for the decode kernel (they are written before the decode kernel, which never
-  lets its dependents launch early, so they are complete once the combine runs).
+  lets its dependents launch early, so they are complete once the combine runs): no change (2204880).
 16-head cases run the register FP8 kernel (combine variants only).
 
     PYTHONPATH=src:benchmarks python3 benchmarks/experiments/ws_start.py --case 1,16384,128 [--repeat 2]
@@ -63,7 +65,6 @@ def _ws_trigger_end():
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", default=[], help="B,N,H")
-    parser.add_argument("--starts", type=int, nargs="*", default=[0, 1, 2])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--combines", nargs="*", default=["shipped", "hoisted"])
     parser.add_argument("--trigger", action="store_true", help="also time the kernel with `_ws_trigger_end`")
@@ -73,7 +74,7 @@ def main() -> None:
     kernels = {"shipped": _triton_decode._mla_decode_ws_kernel}
     if args.trigger:
         kernels["trigger-end"] = _ws_trigger_end()
-    saved = _triton_decode.WS16_KERNEL, _triton_decode.WS_START
+    saved = _triton_decode.WS16_KERNEL
     shipped_combine = _triton_decode._mla_decode_combine_kernel
     _triton_decode.WS16_KERNEL = "registers"
     try:
@@ -83,18 +84,16 @@ def main() -> None:
             case = Case(b, n, heads, 1, fp8=fp8)
             plan = case.plan()
             for _ in range(args.repeat):
-                for start in ([0] if fp8 else args.starts):
-                    _triton_decode.WS_START = start
-                    for kname, ws_kernel in (kernels.items() if not fp8 else [("rs", None)]):
-                        if ws_kernel is not None:
-                            _triton_decode._mla_decode_ws_kernel = ws_kernel
-                        for name, kernel in combines.items():
-                            _triton_decode._mla_decode_combine_kernel = kernel
-                            us = _time_graph(case.run(plan, WS16 if fp8 else None)) * 1e3 / case.copies
-                            print(f"H{heads} B{b} N{n} W{plan.num_partitions} start={start} kernel={kname} "
-                                  f"combine={name}: {us:.1f} us", flush=True)
+                for kname, ws_kernel in (kernels.items() if not fp8 else [("rs", None)]):
+                    if ws_kernel is not None:
+                        _triton_decode._mla_decode_ws_kernel = ws_kernel
+                    for name, kernel in combines.items():
+                        _triton_decode._mla_decode_combine_kernel = kernel
+                        us = _time_graph(case.run(plan, WS16 if fp8 else None)) * 1e3 / case.copies
+                        print(f"H{heads} B{b} N{n} W{plan.num_partitions} kernel={kname} combine={name}: {us:.1f} us",
+                              flush=True)
     finally:
-        _triton_decode.WS16_KERNEL, _triton_decode.WS_START = saved
+        _triton_decode.WS16_KERNEL = saved
         _triton_decode._mla_decode_combine_kernel = shipped_combine
         _triton_decode._mla_decode_ws_kernel = kernels["shipped"]
 

@@ -8,7 +8,8 @@ swaps it into the launcher, captures `--calls` decode calls in one graph and rep
 entry (before its shared memory is set up), consumer 0's time after the wait for the previous kernel, after it
 issued its first block's copies (the schedule, lengths and table entry loaded), after q arrived, after its
 first block's logits (the first block arrived), at the end of its first piece's key loop, after its epilogue's
-stores were issued, and consumer 1's after its own. Reported per middle call: percentiles of each stamp relative
+stores were issued, and consumer 1's after its own; in consumer 0's first epilogue of a partial tile, after its
+waits, after the tile is staged in shared memory and after the TMA store has read it. Reported per middle call: percentiles of each stamp relative
 to the call's earliest post-wait stamp, and the gap from the call's last stamp to the next call's earliest
 post-wait stamp (the combine and launch latencies). Not a harness: times are only the ones the stamps see.
 """
@@ -48,9 +49,8 @@ def _patched_source(no_stores: bool = False) -> str:
     # the kernel takes the stamp buffer after part_lse_ptr; each consumer takes it last
     sub("    sink_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc,\n",
         "    sink_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, stamps_ptr,\n")
-    sub("HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr, START: gl.constexpr):\n",
-        "HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr, START: gl.constexpr, stamps_ptr):\n")
-    sub("HAS_SINK, TMA_OUT, START)),\n", "HAS_SINK, TMA_OUT, START, stamps_ptr)),\n", count=2)
+    sub("HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr):\n", "HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr, stamps_ptr):\n")
+    sub("HAS_SINK, TMA_OUT)),\n", "HAS_SINK, TMA_OUT, stamps_ptr)),\n", count=2)
     sub("    pid = gl.program_id(0)\n    w = pid // num_tiles\n",
         "    pid = gl.program_id(0)\n    _stamp(stamps_ptr, 0)\n    w = pid // num_tiles\n")
     sub("    wait_for_prior_grid(w)\n", "    wait_for_prior_grid(w)\n    if C == 0:\n        _stamp(stamps_ptr, 1)\n")
@@ -124,11 +124,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=12)
     parser.add_argument("--no-stores", action="store_true",
                         help="predicate off the output and partial stores (the answers are then not written)")
-    parser.add_argument("--start", type=int, default=0, help="`_mla_decode_ws_kernel`'s START (experiment hook)")
     parser.add_argument("--json")
     args = parser.parse_args()
-    from pagedmla.ops import _triton_decode
-    _triton_decode.WS_START = args.start
     reports = []
     for text in args.case:
         b, n, h, q = (int(x) for x in text.split(","))

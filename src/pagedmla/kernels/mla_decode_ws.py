@@ -228,7 +228,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
               lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
               c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows, layer_row0,
               stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-              HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr, START: gl.constexpr):
+              HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr):
     """Consumer C: its role in each pair of key blocks (see the module docstring), output columns
     [256 C, 256 C + 256). `stats` rows: 0 m_a, 1 rowsum(P_a), 2 m_b, 3 rowsum(P_b). TMA_OUT: the output and
     partial tiles leave through shared memory by TMA stores (`_stage_and_store`)."""
@@ -261,22 +261,17 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
                         # ring slot 1 held consumer 1's output tile of the previous piece until its TMA store read
                         # it: no copy of a piece may be issued before this wait (a prefetch across pieces would race)
                         mbarrier.wait(c1_stored, (epis & 1) ^ 1)
-                    # consumer 0 issues the copies: the first pair's blocks and q (once consumer 1 is done
-                    # with the previous piece's q)
-                    page_0 = _page(lookup_row, k_lo, hi, page_size)
-                    page_1 = _page(lookup_row, k_lo + BLOCK_N, hi, page_size)
-                    if START > 0:
-                        _load_q(q_desc, qr_desc, q_s, qr_s, q_ready, q_empty, pieces, row_start, num_heads, t)
-                    _load_block(k_desc, kr_desc, k_s, kr_s, k_ready, k_empty, c, k_lo, page_0, page_size, page_rows,
-                                layer_row0)
+                    # consumer 0 issues the copies: q (once consumer 1 is done with the previous piece's), then
+                    # the first pair's blocks. In this order batch 1 at 128 heads took 24.2 us a call against
+                    # 26.2 with q after the blocks: every program asks for its first blocks at once, and q
+                    # queued behind them (BENCHMARKS.md, twenty-sixth session)
+                    _load_q(q_desc, qr_desc, q_s, qr_s, q_ready, q_empty, pieces, row_start, num_heads, t)
+                    _load_block(k_desc, kr_desc, k_s, kr_s, k_ready, k_empty, c, k_lo,
+                                _page(lookup_row, k_lo, hi, page_size), page_size, page_rows, layer_row0)
                     if n_blocks > 1:
-                        if START == 2:  # noqa: SIM102 (a compile-time test around a runtime one)
-                            if pieces == 0:
-                                mbarrier.wait(k_ready.index(c % 2), (c // 2) & 1)
-                        _load_block(k_desc, kr_desc, k_s, kr_s, k_ready, k_empty, c + 1, k_lo + BLOCK_N, page_1,
-                                    page_size, page_rows, layer_row0)
-                    if START == 0:
-                        _load_q(q_desc, qr_desc, q_s, qr_s, q_ready, q_empty, pieces, row_start, num_heads, t)
+                        _load_block(k_desc, kr_desc, k_s, kr_s, k_ready, k_empty, c + 1, k_lo + BLOCK_N,
+                                    _page(lookup_row, k_lo + BLOCK_N, hi, page_size), page_size, page_rows,
+                                    layer_row0)
                 mbarrier.wait(q_ready, pieces & 1)
                 for j in range(gl.cdiv(n_blocks, 2)):
                     ka = k_lo + 2 * j * BLOCK_N
@@ -427,7 +422,7 @@ def _mla_decode_ws_kernel(
     sink_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc,
     batch, num_heads, num_tiles, mask_code, window, qk_scale, page_size, page_rows, layer_row0,
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-    HAS_SINK: gl.constexpr, CONSUMER_REGS: gl.constexpr, TMA_OUT: gl.constexpr, START: gl.constexpr = 0,
+    HAS_SINK: gl.constexpr, CONSUMER_REGS: gl.constexpr, TMA_OUT: gl.constexpr,
 ):
     """Program (worker w, row tile t), as `_mla_decode_kernel`. The cache is read through `k_desc` / `kr_desc`,
     2-D views `[rows, 576]` of the cache in which page p's slot s of this layer is row
@@ -468,11 +463,11 @@ def _mla_decode_ws_kernel(
                     lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
                     c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows,
                     layer_row0, stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
-                    stride_po_r, stride_pl_s, HAS_SINK, TMA_OUT, START)),
+                    stride_po_r, stride_pl_s, HAS_SINK, TMA_OUT)),
         (_consumer, (1, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready,
                     k_empty, got_a, got_b, got_pa, stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr,
                     lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
                     c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows,
                     layer_row0, stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
-                    stride_po_r, stride_pl_s, HAS_SINK, TMA_OUT, START)),
+                    stride_po_r, stride_pl_s, HAS_SINK, TMA_OUT)),
     ], [4], [CONSUMER_REGS])

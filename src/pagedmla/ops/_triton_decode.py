@@ -297,10 +297,6 @@ def _launch_ring(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         **pdl_kwargs(pdl))
 
 
-# experiment hook (twenty-sixth session): the order of a piece's first copies in `_mla_decode_ws_kernel`
-WS_START = 0
-
-
 def decode_ws_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx: int) -> bool:
     """Whether the warp-specialized kernel (`kernels.mla_decode_ws`) can take this call: Triton 3.6 on a Hopper
     GPU, bf16 q, cache and output (unit last stride), DeepSeek's 512 + 64 dims, heads a multiple of 64 (a tile:
@@ -344,8 +340,7 @@ def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_
         batch, q.shape[1], num_tiles, mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows,
         layer_row0, lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
         part_out.stride(0), part_out.stride(1), part_lse.stride(0),
-        HAS_SINK=sink is not lse, CONSUMER_REGS=240, TMA_OUT=tma_out, START=WS_START, num_warps=4,
-        **pdl_kwargs(pdl))
+        HAS_SINK=sink is not lse, CONSUMER_REGS=240, TMA_OUT=tma_out, num_warps=4, **pdl_kwargs(pdl))
 
 
 def decode_ws16_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx: int, max_q: int) -> bool:
