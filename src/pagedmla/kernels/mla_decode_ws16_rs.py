@@ -264,6 +264,8 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s
     for b in range(first_seq, last_seq + 1):
         active, whole, lo, hi, k_lo, n_blocks, row_start, num_q, lo_r, hi_r, lo_max, hi_min = _piece(
             schedule_ptr, offsets_ptr, cache_lengths_ptr, b, w, 0, num_heads, mask_code, window, col_l, ROWS)
+        # consumer 1 has a block of this piece (then it hands its state over)
+        other_has = (n_blocks >= 2) | ((n_blocks == 1) & (c0 % 2 == 1))
         if active:
             m_i = gl.full([ROWS], float("-inf"), gl.float32, col_l)
             l_cols = gl.zeros([BLOCK_N, ROWS], gl.float32, layout)
@@ -379,15 +381,9 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s
                     gl.thread_barrier()
                     mbarrier.arrive(q16_empty.index(qb))
             l_i = gl.sum(l_cols, axis=0)
-            # the consumer with the piece's last block finishes it: the other, done earlier, hands (m, l, O) over
-            # while that block still runs, so that only the merge follows it (with consumer 0 always finishing,
-            # the hand-over took about 1.3 us after the last block at B64 N4096, where that block is consumer 1's:
-            # BENCHMARKS.md, twenty-fifth and twenty-sixth sessions). A piece without blocks is consumer 0's.
-            finisher = gl.where(n_blocks > 0, (c0 + n_blocks - 1) % 2, 0)
-            handover = n_blocks >= 2
-            if finisher != WG:
-                if handover:
-                    # once the finisher of the previous hand-over has read it
+            if WG == 1:
+                if other_has:
+                    # hand (m, l, O) to consumer 0 once it has read the previous piece's
                     mbarrier.wait(merge_empty, (merges & 1) ^ 1)
                     stat_s.index(0).store(m_i)
                     stat_s.index(1).store(l_i)
@@ -397,11 +393,12 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s
                     ox_s.index(3).store(o3)
                     gl.thread_barrier()
                     mbarrier.arrive(merge_full)
+                    merges += 1
             else:
-                # O merged with the other consumer's
+                # O merged with consumer 1's
                 m_x = gl.full([ROWS], float("-inf"), gl.float32, col_l)
                 l_x = gl.zeros([ROWS], gl.float32, col_l)
-                if handover:
+                if other_has:
                     mbarrier.wait(merge_full, merges & 1)
                     m_x = stat_s.index(0).load(col_l)
                     l_x = stat_s.index(1).load(col_l)
@@ -415,19 +412,18 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s
                 o1 = o1 * f_own[None, :]
                 o2 = o2 * f_own[None, :]
                 o3 = o3 * f_own[None, :]
-                if handover:
+                if other_has:
                     f_x = gl.convert_layout(a_x, ocol_l)
                     o0 = o0 + ox_s.index(0).load(acc2) * f_x[None, :]
                     o1 = o1 + ox_s.index(1).load(acc2) * f_x[None, :]
                     o2 = o2 + ox_s.index(2).load(acc2) * f_x[None, :]
                     o3 = o3 + ox_s.index(3).load(acc2) * f_x[None, :]
-                    fence_async_shared()  # no copy writes ox_s; kept for test_launch_order's rule on arrivals
                     gl.thread_barrier()
                     mbarrier.arrive(merge_empty)
+                    merges += 1
                 _finish_piece(o0, o1, o2, o3, m, l_i, whole, b, first_seq, w, row_start, num_q, num_heads, sink_ptr,
                               out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t, stride_o_h, stride_lse_t,
                               stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, col_l, HAS_SINK, True)
-            merges += handover.to(gl.int32)
         c0 += n_blocks
 
 
