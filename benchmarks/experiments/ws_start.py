@@ -8,6 +8,7 @@ Variants:
   / 24.2 us, B1 N4096 16.3-16.5 / 15.3-15.4 / 15.3 us; B64 N4096 within its noise (154.6-162.4 us for all three);
 - kernel `trigger-end` (`--trigger`): the decode lets the combine launch once each program is at its last
   piece's epilogue: 0.7-1.7 us slower at batch 1 (cd4c904);
+- kernel `no-stage` / `no-tma-store` (`--epilogue`): bounds without part of the partial tiles' epilogue;
 - combine `shipped`, or `hoisted`: a patched copy of `_mla_decode_combine_kernel` that loads the schedule and the
   row offsets before its wait for the decode kernel (they are written before the decode kernel, which never
   lets its dependents launch early, so they are complete once the combine runs): no change (2204880).
@@ -62,18 +63,36 @@ def _ws_trigger_end():
     return load_patched("ws_start_trigger_end", patch.src)._mla_decode_ws_kernel
 
 
+def _ws_epilogue_bound(name: str):
+    """`_mla_decode_ws_kernel` with part of the partial tiles' epilogue taken out (a bound, not a kernel: the
+    partials are then garbage): `no-stage` does not write the tile into shared memory before its TMA store,
+    `no-tma-store` stages it but issues no store."""
+    import pagedmla.kernels.mla_decode_ws as ws
+    patch = SourcePatch(pathlib.Path(ws.__file__).read_text())
+    patch.sub("from .gluon_common ", "from pagedmla.kernels.gluon_common ")
+    if name == "no-stage":
+        patch.sub("        stage32.store(out)\n", "")
+    else:
+        patch.sub("        tma.async_copy_shared_to_global(po_desc, [po_row, COLS * C], stage32)\n", "")
+    return load_patched(f"ws_start_{name.replace('-', '_')}", patch.src)._mla_decode_ws_kernel
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", default=[], help="B,N,H")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--combines", nargs="*", default=["shipped", "hoisted"])
     parser.add_argument("--trigger", action="store_true", help="also time the kernel with `_ws_trigger_end`")
+    parser.add_argument("--epilogue", nargs="*", default=[], choices=["no-stage", "no-tma-store"],
+                        help="also time these bounds (`_ws_epilogue_bound`)")
     args = parser.parse_args()
     combines = {"shipped": _triton_decode._mla_decode_combine_kernel, "hoisted": _combine_hoisted()}
     combines = {name: combines[name] for name in args.combines}
     kernels = {"shipped": _triton_decode._mla_decode_ws_kernel}
     if args.trigger:
         kernels["trigger-end"] = _ws_trigger_end()
+    for name in args.epilogue:
+        kernels[name] = _ws_epilogue_bound(name)
     saved = _triton_decode.WS16_KERNEL
     shipped_combine = _triton_decode._mla_decode_combine_kernel
     _triton_decode.WS16_KERNEL = "registers"
