@@ -9,6 +9,8 @@ Variants:
 - kernel `trigger-end` (`--trigger`): the decode lets the combine launch once each program is at its last
   piece's epilogue: 0.7-1.7 us slower at batch 1 (cd4c904);
 - kernel `no-stage` / `no-tma-store` (`--epilogue`): bounds without part of the partial tiles' epilogue;
+- `--quarters`: the partial tiles' epilogue in one store of `[64, 256]` or four pipelined 64-column quarters
+  (`_triton_decode.WS_EPILOGUE_QUARTERS`);
 - combine `shipped`, or `hoisted`: a patched copy of `_mla_decode_combine_kernel` that loads the schedule and the
   row offsets before its wait for the decode kernel (they are written before the decode kernel, which never
   lets its dependents launch early, so they are complete once the combine runs): no change (2204880).
@@ -83,6 +85,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--combines", nargs="*", default=["shipped", "hoisted"])
     parser.add_argument("--trigger", action="store_true", help="also time the kernel with `_ws_trigger_end`")
+    parser.add_argument("--quarters", action="store_true",
+                        help="time the shipped kernel with `_triton_decode.WS_EPILOGUE_QUARTERS` off and on")
     parser.add_argument("--epilogue", nargs="*", default=[], choices=["no-stage", "no-tma-store"],
                         help="also time these bounds (`_ws_epilogue_bound`)")
     args = parser.parse_args()
@@ -94,6 +98,7 @@ def main() -> None:
     for name in args.epilogue:
         kernels[name] = _ws_epilogue_bound(name)
     saved = _triton_decode.WS16_KERNEL
+    saved_quarters = _triton_decode.WS_EPILOGUE_QUARTERS
     shipped_combine = _triton_decode._mla_decode_combine_kernel
     _triton_decode.WS16_KERNEL = "registers"
     try:
@@ -103,6 +108,14 @@ def main() -> None:
             case = Case(b, n, heads, 1, fp8=fp8)
             plan = case.plan()
             for _ in range(args.repeat):
+                for quarters in ([False, True] if args.quarters and not fp8 else [None]):
+                    if quarters is not None:
+                        _triton_decode.WS_EPILOGUE_QUARTERS = quarters
+                        _triton_decode._mla_decode_combine_kernel = shipped_combine
+                        us = _time_graph(case.run(plan, None)) * 1e3 / case.copies
+                        print(f"H{heads} B{b} N{n} W{plan.num_partitions} epilogue quarters={quarters}: {us:.1f} us",
+                              flush=True)
+                _triton_decode.WS_EPILOGUE_QUARTERS = saved_quarters
                 for kname, ws_kernel in (kernels.items() if not fp8 else [("rs", None)]):
                     if ws_kernel is not None:
                         _triton_decode._mla_decode_ws_kernel = ws_kernel
@@ -113,6 +126,7 @@ def main() -> None:
                               flush=True)
     finally:
         _triton_decode.WS16_KERNEL = saved
+        _triton_decode.WS_EPILOGUE_QUARTERS = saved_quarters
         _triton_decode._mla_decode_combine_kernel = shipped_combine
         _triton_decode._mla_decode_ws_kernel = kernels["shipped"]
 

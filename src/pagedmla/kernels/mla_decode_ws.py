@@ -177,9 +177,23 @@ def _no_inf(x):
     return gl.where(x == float("-inf"), 0.0, x)
 
 
+QUARTER = gl.constexpr(64)
+
+
+@gluon.jit
+def _quarters(x):
+    """The four 64-column quarters of a `[64, 256]` accumulator tile (registers only: a thread holds whole
+    8-column groups of its rows)."""
+    x = gl.permute(gl.reshape(x, [BLOCK_M, 4, QUARTER]), (0, 2, 1))  # [64, 64, quarter]
+    even, odd = gl.split(gl.reshape(x, [BLOCK_M, QUARTER, 2, 2]))  # quarter = 2 hi + lo: lo 0 / 1
+    q0, q2 = gl.split(even)
+    q1, q3 = gl.split(odd)
+    return q0, q1, q2, q3
+
+
 @gluon.jit
 def _stage_and_store(C: gl.constexpr, out, whole, q_s, k_s, out_desc, po_desc, q_empty, c0_done, c1_stored, pieces,
-                     epis, out_row, po_row):
+                     epis, out_row, po_row, QUARTERS: gl.constexpr):
     """Consumer C's normalized output tile `out` `[64, 256]` to memory by a TMA store through shared memory: as
     bf16 into `out_desc`'s rows from out_row (a whole sequence), else as float32 into the partial rows from
     po_row. Register stores of the accumulator's layout write a few bytes of 8 rows per instruction; this
@@ -207,6 +221,20 @@ def _stage_and_store(C: gl.constexpr, out, whole, q_s, k_s, out_desc, po_desc, q
         fence_async_shared()
         gl.thread_barrier()  # every thread's part of the tile is written before the store reads it
         tma.async_copy_shared_to_global(out_desc, [out_row, COLS * C], stage)
+    elif QUARTERS:
+        # four 64-column stores, each issued once its quarter is staged, so that staging the next quarter
+        # overlaps the store of this one (po_desc: [64, 64] boxes)
+        if C == 0:
+            tiles = q_s._reinterpret(gl.float32, [4, BLOCK_M, QUARTER], po_desc.layout)
+        else:
+            tiles = k_s._reinterpret(gl.float32, [8, BLOCK_M, QUARTER], po_desc.layout)
+        parts = _quarters(out)
+        for i in gl.static_range(4):
+            tile = tiles.index(4 * C + i)
+            tile.store(parts[i])
+            fence_async_shared()
+            gl.thread_barrier()
+            tma.async_copy_shared_to_global(po_desc, [po_row, COLS * C + QUARTER * i], tile)
     else:
         if C == 0:
             stage32 = q_s._reinterpret(gl.float32, [BLOCK_M, COLS], po_desc.layout)
@@ -228,7 +256,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
               lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
               c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows, layer_row0,
               stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-              HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr):
+              HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr, QUARTERS: gl.constexpr):
     """Consumer C: its role in each pair of key blocks (see the module docstring), output columns
     [256 C, 256 C + 256). `stats` rows: 0 m_a, 1 rowsum(P_a), 2 m_b, 3 rowsum(P_b). TMA_OUT: the output and
     partial tiles leave through shared memory by TMA stores (`_stage_and_store`)."""
@@ -393,7 +421,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
                 _stage_and_store(C, out, whole, q_s, k_s, out_desc, po_desc, q_empty, c0_done, c1_stored, pieces,
                                  epis, (row_start * num_heads + t * BLOCK_M).to(gl.int32),
                                  ((2 * w + (b != first_seq).to(gl.int32)) * (stride_po_s // stride_po_r)
-                                  + t * BLOCK_M).to(gl.int32))
+                                  + t * BLOCK_M).to(gl.int32), QUARTERS)
             if whole:
                 if not TMA_OUT:
                     o_row = ((row_start + r // num_heads).to(gl.int64) * stride_o_t
@@ -423,6 +451,7 @@ def _mla_decode_ws_kernel(
     batch, num_heads, num_tiles, mask_code, window, qk_scale, page_size, page_rows, layer_row0,
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
     HAS_SINK: gl.constexpr, CONSUMER_REGS: gl.constexpr, TMA_OUT: gl.constexpr,
+    QUARTERS: gl.constexpr = False,
 ):
     """Program (worker w, row tile t), as `_mla_decode_kernel`. The cache is read through `k_desc` / `kr_desc`,
     2-D views `[rows, 576]` of the cache in which page p's slot s of this layer is row
@@ -463,11 +492,11 @@ def _mla_decode_ws_kernel(
                     lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
                     c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows,
                     layer_row0, stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
-                    stride_po_r, stride_pl_s, HAS_SINK, TMA_OUT)),
+                    stride_po_r, stride_pl_s, HAS_SINK, TMA_OUT, QUARTERS)),
         (_consumer, (1, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready,
                     k_empty, got_a, got_b, got_pa, stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr,
                     lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
                     c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows,
                     layer_row0, stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
-                    stride_po_r, stride_pl_s, HAS_SINK, TMA_OUT)),
+                    stride_po_r, stride_pl_s, HAS_SINK, TMA_OUT, QUARTERS)),
     ], [4], [CONSUMER_REGS])
