@@ -276,10 +276,9 @@ def prefill_ws(block_n: int, stages: int):
 CASES.update({"prefill-ws": partial(prefill_ws, 128, 2), "prefill-ws-n64-s3": partial(prefill_ws, 64, 3)})
 
 
-def decode_ws(tma_out: bool = True, quarters: bool = True):
+def decode_ws(tma_out: bool = True):
     """The warp-specialized Gluon decode (`kernels.mla_decode_ws`) with the descriptors its launcher builds
-    for DeepSeek's dims (128 heads, a 64-slot page cache of 2 layers); `quarters`: the partial tiles stored in
-    64-column quarters (`_stage_and_store`)."""
+    for DeepSeek's dims (128 heads, a 64-slot page cache of 2 layers)."""
     import torch
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -300,16 +299,15 @@ def decode_ws(tma_out: bool = True, quarters: bool = True):
         return TensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block, dtype))
     descs = {"q_desc": desc(q2d, [64, 256]), "qr_desc": desc(q2d, [64, 64]), "k_desc": desc(cache2d, [64, 256]),
              "kr_desc": desc(cache2d, [64, 64]), "out_desc": desc(_ws_out_rows(out), [64, 256]),
-             "po_desc": desc(part, [64, 64] if quarters else [64, 256])}
+             "po_desc": desc(part, [64, 64])}
     types = {name: mangle_type(d) for name, d in descs.items()}
     types.update(out_ptr="*bf16", lse_ptr="*fp32", offsets_ptr="*i32", cache_lengths_ptr="*i32", lookup_ptr="*i32",
                  schedule_ptr="*i32", sink_ptr="*fp32", part_out_ptr="*fp32", part_lse_ptr="*fp32")
-    const = dict(HAS_SINK=True, CONSUMER_REGS=240, TMA_OUT=tma_out, QUARTERS=quarters)
+    const = dict(HAS_SINK=True, CONSUMER_REGS=240, TMA_OUT=tma_out)
     return _mla_decode_ws_kernel, types, const, 4, 2
 
 
-CASES.update({"decode-ws": decode_ws, "decode-ws-register-stores": partial(decode_ws, False),
-              "decode-ws-whole-epilogue": partial(decode_ws, True, False)})
+CASES.update({"decode-ws": decode_ws, "decode-ws-register-stores": partial(decode_ws, False)})
 
 
 def decode_ws16(sink: bool = True, registers: bool = False):

@@ -8,9 +8,12 @@ Variants:
   / 24.2 us, B1 N4096 16.3-16.5 / 15.3-15.4 / 15.3 us; B64 N4096 within its noise (154.6-162.4 us for all three);
 - kernel `trigger-end` (`--trigger`): the decode lets the combine launch once each program is at its last
   piece's epilogue: 0.7-1.7 us slower at batch 1 (cd4c904);
-- kernel `no-stage` / `no-tma-store` (`--epilogue`): bounds without part of the partial tiles' epilogue;
-- `--quarters`: the partial tiles' epilogue in one store of `[64, 256]` or four pipelined 64-column quarters
-  (`_triton_decode.WS_EPILOGUE_QUARTERS`);
+- kernel `no-stage` / `no-tma-store` (`--epilogue`): bounds without part of the partial tiles' epilogue, as it
+  was at d67bca9 (one `[64, 256]` store a consumer): batch 1 N16384 23.7-24.2 us shipped, 22.5-23.0 without the
+  staging, 22.3-22.4 without the store; N4096 15.3 / 14.2 / 13.0-13.1. (Since 9b4e664 the tile leaves in four
+  64-column quarters, each stored once staged; in one run at 9b4e664 with a hook since removed: N16384 23.7-24.1
+  us with one store against 22.9-23.4 with quarters, N4096 15.2 against 14.6, B64 N4096 within its noise;
+  the bounds now patch the quarters);
 - combine `shipped`, or `hoisted`: a patched copy of `_mla_decode_combine_kernel` that loads the schedule and the
   row offsets before its wait for the decode kernel (they are written before the decode kernel, which never
   lets its dependents launch early, so they are complete once the combine runs): no change (2204880).
@@ -73,9 +76,9 @@ def _ws_epilogue_bound(name: str):
     patch = SourcePatch(pathlib.Path(ws.__file__).read_text())
     patch.sub("from .gluon_common ", "from pagedmla.kernels.gluon_common ")
     if name == "no-stage":
-        patch.sub("        stage32.store(out)\n", "")
+        patch.sub("            tile.store(parts[i])\n", "")
     else:
-        patch.sub("        tma.async_copy_shared_to_global(po_desc, [po_row, COLS * C], stage32)\n", "")
+        patch.sub("            tma.async_copy_shared_to_global(po_desc, [po_row, COLS * C + QUARTER * i], tile)\n", "")
     return load_patched(f"ws_start_{name.replace('-', '_')}", patch.src)._mla_decode_ws_kernel
 
 
@@ -85,8 +88,6 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--combines", nargs="*", default=["shipped", "hoisted"])
     parser.add_argument("--trigger", action="store_true", help="also time the kernel with `_ws_trigger_end`")
-    parser.add_argument("--quarters", action="store_true",
-                        help="time the shipped kernel with `_triton_decode.WS_EPILOGUE_QUARTERS` off and on")
     parser.add_argument("--epilogue", nargs="*", default=[], choices=["no-stage", "no-tma-store"],
                         help="also time these bounds (`_ws_epilogue_bound`)")
     args = parser.parse_args()
@@ -98,7 +99,6 @@ def main() -> None:
     for name in args.epilogue:
         kernels[name] = _ws_epilogue_bound(name)
     saved = _triton_decode.WS16_KERNEL
-    saved_quarters = _triton_decode.WS_EPILOGUE_QUARTERS
     shipped_combine = _triton_decode._mla_decode_combine_kernel
     _triton_decode.WS16_KERNEL = "registers"
     try:
@@ -108,14 +108,6 @@ def main() -> None:
             case = Case(b, n, heads, 1, fp8=fp8)
             plan = case.plan()
             for _ in range(args.repeat):
-                for quarters in ([False, True] if args.quarters and not fp8 else [None]):
-                    if quarters is not None:
-                        _triton_decode.WS_EPILOGUE_QUARTERS = quarters
-                        _triton_decode._mla_decode_combine_kernel = shipped_combine
-                        us = _time_graph(case.run(plan, None)) * 1e3 / case.copies
-                        print(f"H{heads} B{b} N{n} W{plan.num_partitions} epilogue quarters={quarters}: {us:.1f} us",
-                              flush=True)
-                _triton_decode.WS_EPILOGUE_QUARTERS = saved_quarters
                 for kname, ws_kernel in (kernels.items() if not fp8 else [("rs", None)]):
                     if ws_kernel is not None:
                         _triton_decode._mla_decode_ws_kernel = ws_kernel
@@ -126,7 +118,6 @@ def main() -> None:
                               flush=True)
     finally:
         _triton_decode.WS16_KERNEL = saved
-        _triton_decode.WS_EPILOGUE_QUARTERS = saved_quarters
         _triton_decode._mla_decode_combine_kernel = shipped_combine
         _triton_decode._mla_decode_ws_kernel = kernels["shipped"]
 

@@ -28,7 +28,8 @@ from decode_probe import Case
 from stamped_kernels import SourcePatch, load_patched, pct, replay_stamped, stamp_helper
 
 STAMPS = ["entry", "post_wait", "first_copy", "q_ready", "first_logits", "loop_end", "exit_c0", "exit_c1"]
-# consumer 0's first epilogue of a partial tile (slots 9-11; slot 8 holds the SM)
+# consumer 0's first epilogue of a partial tile (slots 9-11; slot 8 holds the SM): its waits passed, its last
+# quarter staged and its store issued, the stores' reads of the tiles done
 EPI_STAMPS = {"epi_waited": 9, "epi_staged": 10, "epi_stored": 11}
 SM_SLOT = 8
 WIDTH = 12  # int64 slots per program
@@ -63,9 +64,8 @@ def _patched_source(no_stores: bool = False) -> str:
     sub("_stage_and_store(C, out,", "_stage_and_store(C, stamps_ptr, out,")
     sub("            mbarrier.wait(q_empty, (pieces - 1) & 1)\n",
         "            mbarrier.wait(q_empty, (pieces - 1) & 1)\n        if epis == 0:\n            _stamp(stamps_ptr, 9)\n")
-    sub("        gl.thread_barrier()\n        tma.async_copy_shared_to_global(po_desc,",
-        "        gl.thread_barrier()\n        if C == 0:\n            if epis == 0:\n                _stamp(stamps_ptr, 10)\n"
-        "        tma.async_copy_shared_to_global(po_desc,")
+    store = "            tma.async_copy_shared_to_global(po_desc, [po_row, COLS * C + QUARTER * i], tile)\n"
+    sub(store, store + "            if (C == 0) & (i == 3):\n                if epis == 0:\n                    _stamp(stamps_ptr, 10)\n")
     sub("    tma.store_wait(0)\n    gl.thread_barrier()  # the store has read the tile (the wait holds for the thread that issued it)\n",
         "    tma.store_wait(0)\n    gl.thread_barrier()  # the store has read the tile (the wait holds for the thread that issued it)\n"
         "    if C == 0:\n        if epis == 0:\n            _stamp(stamps_ptr, 11)\n")

@@ -24,8 +24,8 @@ serializes the MMAs):
   the logits only, which have retired by then), where it is an MMA operand as it stands.
 - the epilogue (TMA_OUT: heads a multiple of 64, out writable as rows of 512): each consumer writes its
   normalized 64 x 256 tile into shared memory it no longer reads (consumer 0: q's tiles; consumer 1: ring slot
-  1) and stores it with a TMA store, bf16 into `out` or float32 into the partial rows
-  (`_stage_and_store`); otherwise from registers.
+  1) and stores it with TMA stores, bf16 into `out` or float32 into the partial rows (in four 64-column
+  quarters, each stored as soon as it is staged) (`_stage_and_store`); otherwise from registers.
 
 Keys outside a row's [lo_r, hi_r) are masked in S; in the (at most two) edge blocks of the tile's [lo, hi), the
 consumer computing the block's logits also zeroes the value rows of the keys outside it in shared memory before
@@ -193,10 +193,10 @@ def _quarters(x):
 
 @gluon.jit
 def _stage_and_store(C: gl.constexpr, out, whole, q_s, k_s, out_desc, po_desc, q_empty, c0_done, c1_stored, pieces,
-                     epis, out_row, po_row, QUARTERS: gl.constexpr):
-    """Consumer C's normalized output tile `out` `[64, 256]` to memory by a TMA store through shared memory: as
+                     epis, out_row, po_row):
+    """Consumer C's normalized output tile `out` `[64, 256]` to memory by TMA stores through shared memory: as
     bf16 into `out_desc`'s rows from out_row (a whole sequence), else as float32 into the partial rows from
-    po_row. Register stores of the accumulator's layout write a few bytes of 8 rows per instruction; this
+    po_row, quarter by quarter. Register stores of the accumulator's layout write a few bytes of 8 rows per instruction; this
     epilogue took 6.9 us at 128 heads B64 N4096 and 4.8 us at B1 N16384 against under 1 us with the stores
     predicated off (benchmarks/experiments/ws_timeline.py, BENCHMARKS.md, eighteenth session).
 
@@ -221,9 +221,10 @@ def _stage_and_store(C: gl.constexpr, out, whole, q_s, k_s, out_desc, po_desc, q
         fence_async_shared()
         gl.thread_barrier()  # every thread's part of the tile is written before the store reads it
         tma.async_copy_shared_to_global(out_desc, [out_row, COLS * C], stage)
-    elif QUARTERS:
-        # four 64-column stores, each issued once its quarter is staged, so that staging the next quarter
-        # overlaps the store of this one (po_desc: [64, 64] boxes)
+    else:
+        # four 64-column stores (po_desc: [64, 64] boxes), each issued once its quarter is staged, so that
+        # staging the next quarter overlaps the store of this one: batch 1 at 128 heads took 23.2 against 24.0 us
+        # a call with one [64, 256] store (BENCHMARKS.md, twenty-sixth session)
         if C == 0:
             tiles = q_s._reinterpret(gl.float32, [4, BLOCK_M, QUARTER], po_desc.layout)
         else:
@@ -235,15 +236,6 @@ def _stage_and_store(C: gl.constexpr, out, whole, q_s, k_s, out_desc, po_desc, q
             fence_async_shared()
             gl.thread_barrier()
             tma.async_copy_shared_to_global(po_desc, [po_row, COLS * C + QUARTER * i], tile)
-    else:
-        if C == 0:
-            stage32 = q_s._reinterpret(gl.float32, [BLOCK_M, COLS], po_desc.layout)
-        else:
-            stage32 = k_s._reinterpret(gl.float32, [2, BLOCK_M, COLS], po_desc.layout).index(1)
-        stage32.store(out)
-        fence_async_shared()
-        gl.thread_barrier()
-        tma.async_copy_shared_to_global(po_desc, [po_row, COLS * C], stage32)
     tma.store_wait(0)
     gl.thread_barrier()  # the store has read the tile (the wait holds for the thread that issued it)
     if C == 1:
@@ -256,7 +248,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
               lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
               c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows, layer_row0,
               stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-              HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr, QUARTERS: gl.constexpr):
+              HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr):
     """Consumer C: its role in each pair of key blocks (see the module docstring), output columns
     [256 C, 256 C + 256). `stats` rows: 0 m_a, 1 rowsum(P_a), 2 m_b, 3 rowsum(P_b). TMA_OUT: the output and
     partial tiles leave through shared memory by TMA stores (`_stage_and_store`)."""
@@ -421,7 +413,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
                 _stage_and_store(C, out, whole, q_s, k_s, out_desc, po_desc, q_empty, c0_done, c1_stored, pieces,
                                  epis, (row_start * num_heads + t * BLOCK_M).to(gl.int32),
                                  ((2 * w + (b != first_seq).to(gl.int32)) * (stride_po_s // stride_po_r)
-                                  + t * BLOCK_M).to(gl.int32), QUARTERS)
+                                  + t * BLOCK_M).to(gl.int32))
             if whole:
                 if not TMA_OUT:
                     o_row = ((row_start + r // num_heads).to(gl.int64) * stride_o_t
@@ -451,7 +443,6 @@ def _mla_decode_ws_kernel(
     batch, num_heads, num_tiles, mask_code, window, qk_scale, page_size, page_rows, layer_row0,
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
     HAS_SINK: gl.constexpr, CONSUMER_REGS: gl.constexpr, TMA_OUT: gl.constexpr,
-    QUARTERS: gl.constexpr = False,
 ):
     """Program (worker w, row tile t), as `_mla_decode_kernel`. The cache is read through `k_desc` / `kr_desc`,
     2-D views `[rows, 576]` of the cache in which page p's slot s of this layer is row
@@ -492,11 +483,11 @@ def _mla_decode_ws_kernel(
                     lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
                     c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows,
                     layer_row0, stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
-                    stride_po_r, stride_pl_s, HAS_SINK, TMA_OUT, QUARTERS)),
+                    stride_po_r, stride_pl_s, HAS_SINK, TMA_OUT)),
         (_consumer, (1, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready,
                     k_empty, got_a, got_b, got_pa, stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr,
                     lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
                     c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows,
                     layer_row0, stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
-                    stride_po_r, stride_pl_s, HAS_SINK, TMA_OUT, QUARTERS)),
+                    stride_po_r, stride_pl_s, HAS_SINK, TMA_OUT)),
     ], [4], [CONSUMER_REGS])

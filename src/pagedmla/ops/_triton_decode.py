@@ -297,10 +297,6 @@ def _launch_ring(q, input_row_offsets, blocks, cache_lengths, lookup_table, scal
         **pdl_kwargs(pdl))
 
 
-# experiment hook (twenty-sixth session): the partial tiles' epilogue in four pipelined quarters
-WS_EPILOGUE_QUARTERS = True
-
-
 def decode_ws_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx: int) -> bool:
     """Whether the warp-specialized kernel (`kernels.mla_decode_ws`) can take this call: Triton 3.6 on a Hopper
     GPU, bf16 q, cache and output (unit last stride), DeepSeek's 512 + 64 dims, heads a multiple of 64 (a tile:
@@ -333,7 +329,6 @@ def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_
         out2d = torch.empty((64, out.shape[-1]), dtype=out.dtype, device=out.device)
     po2d = (part_out.view(-1, part_out.shape[-1]) if split
             else torch.empty((64, out.shape[-1]), dtype=torch.float32, device=out.device))
-    po_box = [64, 64] if WS_EPILOGUE_QUARTERS else [64, 256]
 
     def desc(x2d, block):
         dtype = gl.float32 if x2d.dtype == torch.float32 else gl.bfloat16
@@ -341,12 +336,11 @@ def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_
     _mla_decode_ws_kernel[(num_workers * num_tiles,)](
         desc(q2d, [64, 256]), desc(q2d, [64, 64]), desc(cache2d, [64, 256]), desc(cache2d, [64, 64]), out, lse,
         input_row_offsets, cache_lengths, lookup_table, schedule, sink, part_out, part_lse, desc(out2d, [64, 256]),
-        desc(po2d, po_box),
+        desc(po2d, [64, 64]),
         batch, q.shape[1], num_tiles, mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows,
         layer_row0, lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
         part_out.stride(0), part_out.stride(1), part_lse.stride(0),
-        HAS_SINK=sink is not lse, CONSUMER_REGS=240, TMA_OUT=tma_out, QUARTERS=WS_EPILOGUE_QUARTERS, num_warps=4,
-        **pdl_kwargs(pdl))
+        HAS_SINK=sink is not lse, CONSUMER_REGS=240, TMA_OUT=tma_out, num_warps=4, **pdl_kwargs(pdl))
 
 
 def decode_ws16_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx: int, max_q: int) -> bool:
