@@ -239,6 +239,14 @@ def _store_p(p_s, s_p, m, sgn):
 
 
 @gluon.constexpr_function
+def _handover_smem():
+    """Consumer 1's O^T chunks `[128, 16]` float32 for consumer 0, in the accumulator's layout: 8 bytes of rows
+    r .. r + 3 in a half-warp's access; rows 64 bytes apart put rows r and r + 2 on the same banks (a two-way
+    conflict), so 32 bytes of padding follow every two rows."""
+    return gl.PaddedSharedLayout.with_identity_for([[2 * ROWS, 8]], [CHUNK, ROWS], [1, 0])
+
+
+@gluon.constexpr_function
 def _vector_smem():
     return gl.SwizzledSharedLayout(1, 1, 1, [0])
 
@@ -387,10 +395,10 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s
                     mbarrier.wait(merge_empty, (merges & 1) ^ 1)
                     stat_s.index(0).store(m_i)
                     stat_s.index(1).store(l_i)
-                    ox_s.index(0).store(o0)
-                    ox_s.index(1).store(o1)
-                    ox_s.index(2).store(o2)
-                    ox_s.index(3).store(o3)
+                    ox_s[0].store(o0)
+                    ox_s[1].store(o1)
+                    ox_s[2].store(o2)
+                    ox_s[3].store(o3)
                     gl.thread_barrier()
                     mbarrier.arrive(merge_full)
                     merges += 1
@@ -414,10 +422,10 @@ def _consumer(q_s, qr_s, q16_s, qrp_s, qd_s, raw_s, rr_s, sc_s, p_s, red_s, ox_s
                 o3 = o3 * f_own[None, :]
                 if other_has:
                     f_x = gl.convert_layout(a_x, ocol_l)
-                    o0 = o0 + ox_s.index(0).load(acc2) * f_x[None, :]
-                    o1 = o1 + ox_s.index(1).load(acc2) * f_x[None, :]
-                    o2 = o2 + ox_s.index(2).load(acc2) * f_x[None, :]
-                    o3 = o3 + ox_s.index(3).load(acc2) * f_x[None, :]
+                    o0 = o0 + ox_s[0].load(acc2) * f_x[None, :]
+                    o1 = o1 + ox_s[1].load(acc2) * f_x[None, :]
+                    o2 = o2 + ox_s[2].load(acc2) * f_x[None, :]
+                    o3 = o3 + ox_s[3].load(acc2) * f_x[None, :]
                     gl.thread_barrier()
                     mbarrier.arrive(merge_empty)
                     merges += 1
@@ -454,7 +462,11 @@ def _mla_decode_ws16_rs_kernel(
     p_b = gl.allocate_shared_memory(gl.float16, [ROWS, BLOCK_N], _bf16_tile())
     red_a = gl.allocate_shared_memory(gl.float32, [2, 4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     red_b = gl.allocate_shared_memory(gl.float32, [2, 4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    ox_s = gl.allocate_shared_memory(gl.float32, [N_CHUNKS, CHUNK, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    # one buffer a chunk (a padded layout has no views of a 3-D buffer's chunks)
+    ox_s = (gl.allocate_shared_memory(gl.float32, [CHUNK, ROWS], _handover_smem()),
+            gl.allocate_shared_memory(gl.float32, [CHUNK, ROWS], _handover_smem()),
+            gl.allocate_shared_memory(gl.float32, [CHUNK, ROWS], _handover_smem()),
+            gl.allocate_shared_memory(gl.float32, [CHUNK, ROWS], _handover_smem()))
     stat_s = gl.allocate_shared_memory(gl.float32, [2, ROWS], _vector_smem())
     k_ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
