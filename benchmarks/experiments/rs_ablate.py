@@ -25,8 +25,13 @@ work out of patched copies of the kernel:
 - `hack-6` / `hack-8`: consumer 1 shares consumer 0's fp16 q (both write it at a piece's start: a race) and the
   merge buffer holds one chunk (the others overwrite it), with 6 / 8 ring slots: whether more slots (bytes in
   flight) would pay for a kernel that frees the shared memory for them honestly.
+- `trigger-end` / `trigger-merge` / `trigger-last` (candidates, not in the default list): the kernel lets the next
+  kernel (the combine) launch (`griddepcontrol.launch_dependents`) when consumer 0 reaches its last piece's
+  store / its last piece's merge, or when both consumers start their last piece. Twenty-sixth session: no gain
+  at B64 N4096, 0.4 us at B128 for `trigger-merge`, `trigger-last` slower (BENCHMARKS.md;
+  benchmarks/results/session-26/rs-ablate-trigger-*.txt).
 Timed in one process against the unpatched copy (`base`), CUDA-graph replays of decode_probe's cases (16 heads,
-one token, FP8, one worker per SM). The patched copies' outputs are garbage and not checked: these are bounds,
+one token, FP8, one worker per SM unless `--workers` says otherwise; 0: the plan heuristic's count). The patched copies' outputs are garbage and not checked: these are bounds,
 not kernels.
 
     PYTHONPATH=src:benchmarks python3 benchmarks/experiments/rs_ablate.py --case 64,4096 [--repeat 2]

@@ -11,7 +11,10 @@ cache, causal):
   about 3.5 us a call even where no sequence is split (B128 at 128 workers), follows its grid (it does not: 16
   rows were slower, benchmarks/results/session-25/rs-tail-3a6f2db.txt);
 - `--workers W ...`: the shipped combine on plans of W workers instead of the heuristic's (which rounds B64's
-  132 to 128 so that each sequence falls into two whole pieces).
+  132 to 128 so that each sequence falls into two whole pieces): at 169f9bf B64 N4096 took 56.4-58.5 us at 128,
+  62.4-62.8 at 130 and 58.4-58.6 at 132 (benchmarks/results/session-26/rs-tail-workers-169f9bf.txt).
+Cases B,N,H at other head counts run the bf16 cache and the launcher's kernel (128 heads B1 N16384 at 169f9bf:
+25.5-25.9 us with the combine, 21.0-21.1 without).
 At 5810b42 the script also had the decode let the next kernel launch once its programs passed their wait
 (`griddepcontrol.launch_dependents`, a flag since removed): B64 N4096 58.5 / 58.9 us without it, 60.0 / 60.6
 with it (benchmarks/results/session-24/rs-tail-5810b42.txt). In the twenty-fifth session it also timed two
