@@ -10,7 +10,9 @@ reads, each on named regions (q tiles, ring slots' halves, rope/P tiles, stats).
 happens-before order. For random lists of pieces (inactive, active with 0 to 5 key blocks, whole or split; up to
 6 per program) it checks: deadlock; a parity wait that could match two phases or pass early; and conflicting
 accesses to a region not ordered by happens-before. The model is written by hand from the kernel's source
-(2ddeb6e: `landed`, with q's copies issued before the first pair's since the twenty-sixth session; branch exp/ws-epilogue-odd-half: `v1` c9f32b3, `v2` 6164bf4): change it with the kernel.
+(2ddeb6e: `landed`, with q's copies issued before the first pair's since the twenty-sixth session; branch
+exp/ws-epilogue-odd-half: `v1` c9f32b3, `v2` 6164bf4): change it with the kernel. The four quarter stores of a
+partial tile (twenty-sixth session) are one store here: each quarter has a tile of its own.
 MUTATIONS drop one wait each: without no_piece_gate, no_epi_gate or no_c0done's wait the landed protocol fails
 (a race or a two-phase parity wait); the epilogue's q_empty wait (no_qempty_epi) is implied by other orderings.
 The model came from a helper's review of 2ddeb6e (BENCHMARKS.md, eighteenth session).

@@ -182,8 +182,8 @@ QUARTER = gl.constexpr(64)
 
 @gluon.jit
 def _quarters(x):
-    """The four 64-column quarters of a `[64, 256]` accumulator tile (registers only: a thread holds whole
-    8-column groups of its rows)."""
+    """The four 64-column quarters of a `[64, 256]` accumulator tile, in registers: the two column bits that
+    select a quarter are register bits of the accumulator's layout (no data moves between threads)."""
     x = gl.permute(gl.reshape(x, [BLOCK_M, 4, QUARTER]), (0, 2, 1))  # [64, 64, quarter]
     even, odd = gl.split(gl.reshape(x, [BLOCK_M, QUARTER, 2, 2]))  # quarter = 2 hi + lo: lo 0 / 1
     q0, q2 = gl.split(even)
@@ -196,13 +196,13 @@ def _stage_and_store(C: gl.constexpr, out, whole, q_s, k_s, out_desc, po_desc, q
                      epis, out_row, po_row):
     """Consumer C's normalized output tile `out` `[64, 256]` to memory by TMA stores through shared memory: as
     bf16 into `out_desc`'s rows from out_row (a whole sequence), else as float32 into the partial rows from
-    po_row, quarter by quarter. Register stores of the accumulator's layout write a few bytes of 8 rows per instruction; this
-    epilogue took 6.9 us at 128 heads B64 N4096 and 4.8 us at B1 N16384 against under 1 us with the stores
-    predicated off (benchmarks/experiments/ws_timeline.py, BENCHMARKS.md, eighteenth session).
+    po_row, quarter by quarter. Register stores of the accumulator's layout write a few bytes of 8 rows per
+    instruction; this epilogue took 6.9 us at 128 heads B64 N4096 and 4.8 us at B1 N16384 against under 1 us
+    with the stores predicated off (benchmarks/experiments/ws_timeline.py, BENCHMARKS.md, eighteenth session).
 
     The tiles: consumer 0 stages in q's tiles once consumer 1 is done reading q (`q_empty`); consumer 1 in ring
-    slot 1 once consumer 0 is done with the piece's blocks (`c0_done`). Each waits until its store has read the
-    tile; consumer 1 then arrives on `c1_stored`, which consumer 0 waits for before the next piece's copies and
+    slot 1 once consumer 0 is done with the piece's blocks (`c0_done`). Each waits until its stores have read
+    the tiles; consumer 1 then arrives on `c1_stored`, which consumer 0 waits for before the next piece's copies and
     at its next epilogue (so the two stay within one epilogue of each other and every parity wait names one
     phase; benchmarks/experiments/ws_protocol_model.py checks this protocol over random interleavings)."""
     if C == 0:
