@@ -202,8 +202,8 @@ def _stage_and_store(C: gl.constexpr, out, whole, q_s, k_s, out_desc, po_desc, q
 
     The tiles: consumer 0 stages in q's tiles once consumer 1 is done reading q (`q_empty`); consumer 1 in ring
     slot 1 once consumer 0 is done with the piece's blocks (`c0_done`). Each waits until its stores have read
-    the tiles; consumer 1 then arrives on `c1_stored`, which consumer 0 waits for before the next piece's copies and
-    at its next epilogue (so the two stay within one epilogue of each other and every parity wait names one
+    the tiles; consumer 1 then arrives on `c1_stored`, which consumer 0 waits for before the next piece's copies
+    and at its next epilogue (so the two stay within one epilogue of each other and every parity wait names one
     phase; benchmarks/experiments/ws_protocol_model.py checks this protocol over random interleavings)."""
     if C == 0:
         mbarrier.wait(c1_stored, (epis & 1) ^ 1)
@@ -237,7 +237,7 @@ def _stage_and_store(C: gl.constexpr, out, whole, q_s, k_s, out_desc, po_desc, q
             gl.thread_barrier()
             tma.async_copy_shared_to_global(po_desc, [po_row, COLS * C + QUARTER * i], tile)
     tma.store_wait(0)
-    gl.thread_barrier()  # the store has read the tile (the wait holds for the thread that issued it)
+    gl.thread_barrier()  # the stores have read the tiles (the wait holds for the thread that issued them)
     if C == 1:
         mbarrier.arrive(c1_stored)
 
