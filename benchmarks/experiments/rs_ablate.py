@@ -31,8 +31,8 @@ work out of patched copies of the kernel:
   at B64 N4096, 0.4 us at B128 for `trigger-merge`, `trigger-last` slower (BENCHMARKS.md;
   benchmarks/results/session-26/rs-ablate-trigger-*.txt).
 Timed in one process against the unpatched copy (`base`), CUDA-graph replays of decode_probe's cases (16 heads,
-one token, FP8, one worker per SM unless `--workers` says otherwise; 0: the plan heuristic's count). The patched copies' outputs are garbage and not checked: these are bounds,
-not kernels.
+one token, FP8, one worker per SM unless `--workers` says otherwise; 0: the plan heuristic's count). The
+patched copies' outputs are garbage and not checked: these are bounds, not kernels.
 
     PYTHONPATH=src:benchmarks python3 benchmarks/experiments/rs_ablate.py --case 64,4096 [--repeat 2]
 """
