@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# One device call (edit per session). Twenty-sixth session, call 10: the harness's 16-head bf16 / FP8 rows at B64
-# and B128 N4096, three more runs of the final kernels (more samples of the FP8 / bf16 ratio, which is within
-# run-to-run spread of 1.5x at B64).
-# Usage on the device: COMMIT=<sha> OUT=<dir> [RUNS=3] bash scripts/probe_session.sh
+# One device call (edit per session). Twenty-seventh session, call 1: bounds at 128 heads batch 1 (issue 4's last
+# target): the decode's prologue with its loads before the wait (`late-wait`), half of the partials' bytes
+# (`half-partials`, combine `half`), no combine work (`empty`); then the harness at the commit.
+# Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-for run in $(seq 1 "${RUNS:-3}"); do
-  f="$OUT/bench$run-decode-h16-$COMMIT.txt"
-  PYTHONPATH=src timeout 90 python3 -m pagedmla.cli bench decode --heads 16 --batch 64 128 --keys 4096 \
-    --kv-dtype bf16 fp8 --no-reference > "$f" 2>&1
-  echo "bench rc $?"; grep -E "^ceilings" "$f"; tail -4 "$f"
-done
+f="$OUT/ws-bounds-$COMMIT.txt"
+PYTHONPATH=src:benchmarks timeout 420 python3 benchmarks/experiments/ws_start.py --case 1,16384,128 \
+  --case 1,4096,128 --repeat 2 --bounds late-wait half-partials late-wait+half --combines shipped half empty \
+  > "$f" 2>&1
+echo "ws_start rc $?"; grep -v "^$" "$f" | tail -60
+f="$OUT/bench-decode-h128-b1-$COMMIT.txt"
+PYTHONPATH=src timeout 120 python3 -m pagedmla.cli bench decode --heads 128 --batch 1 --keys 16384 4096 \
+  --no-reference > "$f" 2>&1
+echo "bench rc $?"; grep -E "^ceilings" "$f"; tail -4 "$f"

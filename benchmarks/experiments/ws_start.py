@@ -8,7 +8,7 @@ Variants:
   / 24.2 us, B1 N4096 16.3-16.5 / 15.3-15.4 / 15.3 us; B64 N4096 within its noise (154.6-162.4 us for all three);
 - kernel `trigger-end` (`--trigger`): the decode lets the combine launch once each program is at its last
   piece's epilogue: 0.7-1.7 us slower at batch 1 (cd4c904);
-- kernel `no-stage` / `no-tma-store` (`--epilogue`): bounds without part of the partial tiles' epilogue, as it
+- kernel `no-stage` / `no-tma-store` (`--bounds`): bounds without part of the partial tiles' epilogue, as it
   was at d67bca9 (one `[64, 256]` store a consumer): batch 1 N16384 23.7-24.2 us shipped, 22.5-23.0 without the
   staging, 22.3-22.4 without the store; N4096 15.3 / 14.2 / 13.0-13.1. (Since 9b4e664 the tile leaves in four
   64-column quarters, each stored once staged; in one run at 9b4e664 with a hook since removed: N16384 23.7-24.1
@@ -43,14 +43,27 @@ WAIT = """    if PDL:
 LOADS_END = "    num_rows = (tl.load(offsets_ptr + b + 1) - row_start) * num_heads\n"
 
 
-def _combine_hoisted():
+COMBINE_GUARD = "    if (num_pieces > 1) & (tl.program_id(1) * BLOCK_R < num_rows):\n"
+# the combine's program columns kept by `half`: those of the quarters `half-partials` stores (columns 0-127 and
+# 256-383), so that it reads what the decode just wrote
+HALF_COLUMNS = "    if (num_pieces > 1) & (tl.program_id(1) * BLOCK_R < num_rows) & ((tl.program_id(2) * BLOCK_DV) % 256 < 128):\n"
+EMPTY = "    if (num_pieces > 1) & (tl.program_id(1) * BLOCK_R < num_rows) & (num_rows < 0):\n"
+
+
+def _combine_patched(name: str):
+    """`hoisted`: the schedule and row offsets loaded before the wait for the decode; bounds (the outputs are
+    then wrong): `half` merges only half of the columns (those `half-partials` writes), `empty` merges nothing
+    (the launch, the wait and the schedule's loads are left)."""
     import pagedmla.kernels.mla_decode as md
     patch = SourcePatch(pathlib.Path(md.__file__).read_text())
     for rel in ("common", "fp8"):
         patch.sub(f"from .{rel} ", f"from pagedmla.kernels.{rel} ")
-    patch.sub(WAIT, "")
-    patch.sub(LOADS_END, LOADS_END + WAIT)
-    return load_patched("ws_start_combine_hoisted", patch.src)._mla_decode_combine_kernel
+    if name == "hoisted":
+        patch.sub(WAIT, "")
+        patch.sub(LOADS_END, LOADS_END + WAIT)
+    else:
+        patch.sub(COMBINE_GUARD, HALF_COLUMNS if name == "half" else EMPTY)
+    return load_patched(f"ws_start_combine_{name}", patch.src)._mla_decode_combine_kernel
 
 
 TRIGGER = ('gl.inline_asm_elementwise("griddepcontrol.launch_dependents; mov.b32 $0, $1;", "=r,r", [w], '
@@ -68,36 +81,51 @@ def _ws_trigger_end():
     return load_patched("ws_start_trigger_end", patch.src)._mla_decode_ws_kernel
 
 
-def _ws_epilogue_bound(name: str):
-    """`_mla_decode_ws_kernel` with part of the partial tiles' epilogue taken out (a bound, not a kernel: the
-    partials are then garbage): `no-stage` does not write the tile into shared memory before its TMA store,
-    `no-tma-store` stages it but issues no store."""
+FIRST_WAIT = "    wait_for_prior_grid(w)\n    first_seq = gl.load("
+LOAD_Q = "                    _load_q(q_desc, qr_desc,"
+QUARTERS = "        for i in gl.static_range(4):\n            tile = tiles.index(4 * C + i)\n"
+
+
+def _ws_bound(name: str):
+    """`_mla_decode_ws_kernel` with part of its work taken out or moved (a bound, not a kernel: the outputs are
+    then wrong, or racy): `no-stage` does not write the partial tile into shared memory before its TMA store;
+    `no-tma-store` stages it but issues no store; `half-partials` stages and stores only quarters 0 and 1 of each
+    consumer's tile (the bytes of bf16 partials); `late-wait` waits for the previous kernel only before q's
+    copies (consumer 0) and not at all in consumer 1, so the schedule, offsets and lengths are read before the
+    wait (what a prologue without its dependent loads after the wait could gain); `late-wait+half` both."""
     import pagedmla.kernels.mla_decode_ws as ws
     patch = SourcePatch(pathlib.Path(ws.__file__).read_text())
     patch.sub("from .gluon_common ", "from pagedmla.kernels.gluon_common ")
     if name == "no-stage":
         patch.sub("            tile.store(parts[i])\n", "")
-    else:
+    elif name == "no-tma-store":
         patch.sub("            tma.async_copy_shared_to_global(po_desc, [po_row, COLS * C + QUARTER * i], tile)\n", "")
-    return load_patched(f"ws_start_{name.replace('-', '_')}", patch.src)._mla_decode_ws_kernel
+    if "half" in name:
+        patch.sub(QUARTERS, QUARTERS.replace("range(4)", "range(2)"))
+    if "late-wait" in name:
+        patch.sub(FIRST_WAIT, "    first_seq = gl.load(")
+        patch.sub(LOAD_Q, "                    wait_for_prior_grid(w)\n" + LOAD_Q)
+    return load_patched(f"ws_start_{name.replace('-', '_').replace('+', '_')}", patch.src)._mla_decode_ws_kernel
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", default=[], help="B,N,H")
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--combines", nargs="*", default=["shipped", "hoisted"])
     parser.add_argument("--trigger", action="store_true", help="also time the kernel with `_ws_trigger_end`")
-    parser.add_argument("--epilogue", nargs="*", default=[], choices=["no-stage", "no-tma-store"],
-                        help="also time these bounds (`_ws_epilogue_bound`)")
+    parser.add_argument("--combines", nargs="*", default=["shipped", "hoisted"],
+                        choices=["shipped", "hoisted", "half", "empty"])
+    parser.add_argument("--bounds", nargs="*", default=[],
+                        choices=["no-stage", "no-tma-store", "half-partials", "late-wait", "late-wait+half"],
+                        help="also time these kernels (`_ws_bound`)")
     args = parser.parse_args()
-    combines = {"shipped": _triton_decode._mla_decode_combine_kernel, "hoisted": _combine_hoisted()}
-    combines = {name: combines[name] for name in args.combines}
+    combines = {name: (_triton_decode._mla_decode_combine_kernel if name == "shipped" else _combine_patched(name))
+                for name in args.combines}
     kernels = {"shipped": _triton_decode._mla_decode_ws_kernel}
     if args.trigger:
         kernels["trigger-end"] = _ws_trigger_end()
-    for name in args.epilogue:
-        kernels[name] = _ws_epilogue_bound(name)
+    for name in args.bounds:
+        kernels[name] = _ws_bound(name)
     saved = _triton_decode.WS16_KERNEL
     shipped_combine = _triton_decode._mla_decode_combine_kernel
     _triton_decode.WS16_KERNEL = "registers"
