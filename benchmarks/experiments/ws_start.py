@@ -50,8 +50,24 @@ HALF_COLUMNS = "    if (num_pieces > 1) & (tl.program_id(1) * BLOCK_R < num_rows
 EMPTY = "    if (num_pieces > 1) & (tl.program_id(1) * BLOCK_R < num_rows) & (num_rows < 0):\n"
 
 
+ACC_END = "            m_i = m_new\n"
+# once a step's loads are done (the barrier orders them before what follows, for all the program's threads),
+# each 128-byte line of partial rows it read is discarded from L2 without being written back: the partials are
+# dead once merged, and a dirty line left in L2 is written to memory when it is evicted
+DISCARD = ACC_END + """            tl.debug_barrier()
+            lines = tl.program_id(2) * BLOCK_DV + tl.arange(0, BLOCK_DV // 32) * 32
+            addr = (part_out_ptr + slot[:, None, None] * stride_po_s
+                    + offs_m[None, :, None].to(tl.int64) * stride_po_r + lines[None, None, :])
+            flag = (ok[:, :, None] & (lines[None, None, :] >= 0)).to(tl.int32)
+            tl.inline_asm_elementwise(
+                "{ .reg .pred p; setp.ne.s32 p, $2, 0; @p discard.global.L2 [$1], 128; mov.b32 $0, 0; }",
+                "=r,l,r", [addr.to(tl.int64), flag], dtype=tl.int32, is_pure=False, pack=1)
+"""
+
+
 def _combine_patched(name: str):
-    """`hoisted`: the schedule and row offsets loaded before the wait for the decode; bounds (the outputs are
+    """`hoisted`: the schedule and row offsets loaded before the wait for the decode; `discard`: the partial
+    rows read are discarded from L2 once merged (`DISCARD`); bounds (the outputs are
     then wrong): `half` merges only half of the columns (those `half-partials` writes), `empty` merges nothing
     (the launch, the wait and the schedule's loads are left)."""
     import pagedmla.kernels.mla_decode as md
@@ -61,6 +77,8 @@ def _combine_patched(name: str):
     if name == "hoisted":
         patch.sub(WAIT, "")
         patch.sub(LOADS_END, LOADS_END + WAIT)
+    elif name == "discard":
+        patch.sub(ACC_END, DISCARD)
     else:
         patch.sub(COMBINE_GUARD, HALF_COLUMNS if name == "half" else EMPTY)
     return load_patched(f"ws_start_combine_{name}", patch.src)._mla_decode_combine_kernel
@@ -114,7 +132,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--trigger", action="store_true", help="also time the kernel with `_ws_trigger_end`")
     parser.add_argument("--combines", nargs="*", default=["shipped", "hoisted"],
-                        choices=["shipped", "hoisted", "half", "empty"])
+                        choices=["shipped", "hoisted", "half", "empty", "discard"])
     parser.add_argument("--bounds", nargs="*", default=[],
                         choices=["no-stage", "no-tma-store", "half-partials", "late-wait", "late-wait+half"],
                         help="also time these kernels (`_ws_bound`)")
