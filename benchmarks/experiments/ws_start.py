@@ -102,6 +102,26 @@ def _ws_trigger_end():
 FIRST_WAIT = "    wait_for_prior_grid(w)\n    first_seq = gl.load("
 LOAD_Q = "                    _load_q(q_desc, qr_desc,"
 QUARTERS = "        for i in gl.static_range(4):\n            tile = tiles.index(4 * C + i)\n"
+LAST_SEQ = "    last_seq = gl.minimum(gl.load(schedule_ptr + (1 + w) * 4 + 2), batch - 1)\n"
+# the table entries of a worker's first two blocks, from the schedule row alone (its first sequence and first
+# key: the blocks' start under masks that do not cut the front of the keys, as at batch 1 with one token)
+EARLY_PAGES = LAST_SEQ + """    key0 = gl.load(schedule_ptr + (1 + w) * 4 + 1)
+    row0 = lookup_ptr + first_seq.to(gl.int64) * stride_lt_b
+    page0 = gl.load(row0 + key0 // page_size)
+    page1 = gl.load(row0 + (key0 + BLOCK_N) // page_size)
+"""
+FIRST_PAGE = """
+
+@gluon.jit
+def _first_page(early, pieces, lookup_row, k0, hi, page_size):
+    p = early
+    if pieces > 0:
+        p = _page(lookup_row, k0, hi, page_size)
+    return p
+
+
+@gluon.jit
+def _logits("""
 
 
 def _ws_bound(name: str):
@@ -110,7 +130,10 @@ def _ws_bound(name: str):
     `no-tma-store` stages it but issues no store; `half-partials` stages and stores only quarters 0 and 1 of each
     consumer's tile (the bytes of bf16 partials); `late-wait` waits for the previous kernel only before q's
     copies (consumer 0) and not at all in consumer 1, so the schedule, offsets and lengths are read before the
-    wait (what a prologue without its dependent loads after the wait could gain); `late-wait+half` both."""
+    wait (what a prologue without its dependent loads after the wait could gain); `late-wait+half` both;
+    `early-pages`: a worker's first two table entries loaded from its schedule row (`EARLY_PAGES`), one
+    dependent load fewer before its first blocks' copies (right only where the first block starts at the
+    schedule's first key); `early-pages+half` with `half-partials`."""
     import pagedmla.kernels.mla_decode_ws as ws
     patch = SourcePatch(pathlib.Path(ws.__file__).read_text())
     patch.sub("from .gluon_common ", "from pagedmla.kernels.gluon_common ")
@@ -120,6 +143,13 @@ def _ws_bound(name: str):
         patch.sub("            tma.async_copy_shared_to_global(po_desc, [po_row, COLS * C + QUARTER * i], tile)\n", "")
     if "half" in name:
         patch.sub(QUARTERS, QUARTERS.replace("range(4)", "range(2)"))
+    if "early-pages" in name:
+        patch.sub("\n\n@gluon.jit\ndef _logits(", FIRST_PAGE)
+        patch.sub(LAST_SEQ, EARLY_PAGES)
+        patch.sub("_page(lookup_row, k_lo, hi, page_size), page_size",
+                  "_first_page(page0, pieces, lookup_row, k_lo, hi, page_size), page_size")
+        patch.sub("_page(lookup_row, k_lo + BLOCK_N, hi, page_size), page_size",
+                  "_first_page(page1, pieces, lookup_row, k_lo + BLOCK_N, hi, page_size), page_size")
     if "late-wait" in name:
         patch.sub(FIRST_WAIT, "    first_seq = gl.load(")
         patch.sub(LOAD_Q, "                    wait_for_prior_grid(w)\n" + LOAD_Q)
@@ -134,7 +164,8 @@ def main() -> None:
     parser.add_argument("--combines", nargs="*", default=["shipped", "hoisted"],
                         choices=["shipped", "hoisted", "half", "empty", "discard"])
     parser.add_argument("--bounds", nargs="*", default=[],
-                        choices=["no-stage", "no-tma-store", "half-partials", "late-wait", "late-wait+half"],
+                        choices=["no-stage", "no-tma-store", "half-partials", "late-wait", "late-wait+half", "early-pages",
+                                 "early-pages+half"],
                         help="also time these kernels (`_ws_bound`)")
     args = parser.parse_args()
     combines = {name: (_triton_decode._mla_decode_combine_kernel if name == "shipped" else _combine_patched(name))
