@@ -1140,6 +1140,82 @@ def test_gpu_default_decode_takes_warp_specialized_kernel(call_counter):
         check_lowprec(pb, q, got, lse, want_out, want_lse, rope=64)
 
 
+def _partials_dtype(monkeypatch) -> list:
+    """Wraps `_triton_decode._launch_ws` for the test; the returned list gets each launch's partials dtype."""
+    seen = []
+    launch = _triton_decode._launch_ws
+
+    def recording(*args, **kwargs):
+        seen.append(args[13].dtype)  # part_out
+        return launch(*args, **kwargs)
+    monkeypatch.setattr(_triton_decode, "_launch_ws", recording)
+    return seen
+
+
+def _ws_half_and_float(monkeypatch, pb, q, **kwargs):
+    """The Gluon kernel's (out, lse) with fp16 split partials and with float32 ones (`HALF_PARTIALS`)."""
+    from pagedmla.configs import decode as decode_configs
+    seen = _partials_dtype(monkeypatch)
+    results = []
+    for half in (True, False):
+        monkeypatch.setattr(decode_configs, "HALF_PARTIALS", half)
+        results.append(run_ws(pb, q, **kwargs))
+    assert seen == [torch.float16, torch.float32], seen
+    return results
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cache,new", [([6000], [1]), ([3000, 17, 900, 2500], [1, 1, 2, 1])], ids=["B1", "B4"])
+@pytest.mark.parametrize("parts", [None, 13], ids=["plan", "W13"])
+def test_gpu_half_partials_match_float32_partials(monkeypatch, cache, new, parts):
+    """fp16 split partials (scaled per row by a power of two) against float32 ones, at 128 heads on split
+    schedules: every element within a bf16 rounding of the float32 path's, against its row's largest value
+    (a wrong scale or a lost exponent is off by a factor of two or more), the LSE the same, and both against
+    the reference."""
+    pb, q = batch(cache, new, heads=128, head_size=576, page_size=64, dtype=torch.bfloat16, seed=71, device="cuda")
+    sink = torch.randn(128, generator=torch.Generator().manual_seed(9)).cuda()
+    (half, half_lse), (full, full_lse) = _ws_half_and_float(monkeypatch, pb, q, sink=sink, parts=parts)
+    row_max = full.float().abs().amax(-1, keepdim=True)
+    diff = (half.float() - full.float()).abs()
+    assert bool((diff <= 2.0 ** -8 * row_max).all()), float((diff / row_max).max())
+    assert torch.equal(half_lse, full_lse)
+    want, want_lse = reference(pb, q, sink=sink, rope=64)
+    check_lowprec(pb, q, half, half_lse, want, want_lse, sink=sink, rope=64)
+
+
+@pytest.mark.gpu
+def test_gpu_half_partials_keep_extreme_magnitudes(monkeypatch):
+    """The latent columns of the cache scaled by 2^100 (and q's by 2^-100, so the logits stay the same) give
+    exactly 2^100 times the output, with fp16 partials as with float32 ones; likewise 2^-60 (fp16 alone would
+    overflow or flush both). An inf in one used key's latent column gives the same non-finite values in both,
+    and the rows it leaves finite elsewhere keep those columns as the float32 path has them (a row's scale
+    ignores its inf and NaN)."""
+    pb, q = batch([5000], [1], heads=128, head_size=576, page_size=64, dtype=torch.bfloat16, seed=73, device="cuda")
+    (base, base_lse), (base_f, _) = _ws_half_and_float(monkeypatch, pb, q)
+    blocks = pb.kv.blocks
+    saved = blocks.clone()
+    for e in (100, -60):
+        blocks[..., :512] = saved[..., :512] * 2.0 ** e
+        qs = q.clone()
+        qs[..., :512] = q[..., :512] * 2.0 ** -e
+        (got, got_lse), (got_f, _) = _ws_half_and_float(monkeypatch, pb, qs)
+        assert torch.equal(got, base * 2.0 ** e), e
+        assert torch.equal(got_f, base_f * 2.0 ** e), e
+        assert torch.equal(got_lse, base_lse)  # the same logits
+    blocks.copy_(saved)
+    page = int(pb.kv.lookup_table[0, 1000 // 64])
+    blocks[page, 0, 1, 1000 % 64, 0, 3] = float("inf")
+    (got, _), (got_f, _) = _ws_half_and_float(monkeypatch, pb, q)
+    # the key's logit is +-inf (its latent column is also a key column): a head with q[3] > 0 gets NaN rows, one
+    # with q[3] < 0 ignores the key but multiplies its inf by 0 in column 3
+    bad = ~torch.isfinite(got_f.float())
+    assert bool(bad[..., 3].all()) and torch.equal(bad, ~torch.isfinite(got.float()))
+    rows = ~bad[..., 4:].any(-1)
+    assert bool(rows.any())
+    kept, kept_f = got.float()[rows][:, 4:], got_f.float()[rows][:, 4:]
+    assert bool(((kept - kept_f).abs() <= 2.0 ** -8 * kept_f.abs().amax(-1, keepdim=True)).all())
+
+
 # --------------------------------------------------- CPU tier: the warp-specialized kernel's dispatch rules
 
 def test_warp_specialized_cache_rows_address_every_slot():

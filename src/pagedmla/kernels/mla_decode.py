@@ -527,20 +527,36 @@ def _mla_decode_kernel(
         b += 1
 
 
+@triton.jit
+def _pow2(n):
+    """2^n as float32, exactly, for integers n in [-126, 127] (built from its exponent bits)."""
+    return ((n + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _unscale_half(x, k):
+    """x * 2^-k for an fp16 partial value x (as float32) scaled by 2^k, k in [-113, 141]: the first factor
+    (2^-15 to 1) is exact on any fp16 value, the second rounds only where float32 itself would be subnormal."""
+    k2 = tl.minimum(k, 126)
+    return x * _pow2(k2 - k) * _pow2(-k2)
+
+
 @triton.jit(do_not_specialize=["batch", "num_heads", "num_workers"])
 def _mla_decode_combine_kernel(
     out_ptr, lse_ptr, offsets_ptr, schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr,
     batch, num_heads, num_workers,
-    stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
+    stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, stride_pl_k,
     BLOCK_R: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_P: tl.constexpr, HAS_SINK: tl.constexpr,
-    PDL: tl.constexpr,
+    PDL: tl.constexpr, HALF_PARTIALS: tl.constexpr = False,
 ):
     """Program (sequence b, rows block, columns block): merge the pieces of a split sequence by LSE.
 
     Piece 0 is the first worker's slot from the schedule, piece k > 0 is slot `2 * (first + k)` (a later worker
     starts inside b, so b is its first sequence). Sequences done by one worker were written by the main kernel.
     PDL: launched as a programmatic dependent of the main kernel, so it waits for that kernel to end (and its
-    writes to be visible) before reading anything.
+    writes to be visible) before reading anything. HALF_PARTIALS: the partial rows are fp16 scaled by 2^k,
+    with k of columns [0, 256) and [256, 512) at LSE rows 1 and 2 of the slot (`stride_pl_k` apart; see
+    `mla_decode_ws._half_exponent`).
     """
     if PDL:
         gdc_wait()
@@ -571,7 +587,13 @@ def _mla_decode_combine_kernel(
                             other=float("-inf"))  # [BLOCK_P, BLOCK_R]
             o_p = tl.load(part_out_ptr + slot[:, None, None] * stride_po_s
                           + offs_m[None, :, None].to(tl.int64) * stride_po_r + offs_d[None, None, :],
-                          mask=ok[:, :, None], other=0.0)  # [BLOCK_P, BLOCK_R, BLOCK_DV]
+                          mask=ok[:, :, None], other=0.0).to(tl.float32)  # [BLOCK_P, BLOCK_R, BLOCK_DV]
+            if HALF_PARTIALS:
+                k_at = part_lse_ptr + slot[:, None] * stride_pl_s + offs_m[None, :]
+                k_lo = tl.load(k_at + stride_pl_k, mask=ok, other=0.0).to(tl.int32)
+                k_hi = tl.load(k_at + 2 * stride_pl_k, mask=ok, other=0.0).to(tl.int32)
+                k_p = tl.where((offs_d < 256)[None, None, :], k_lo[:, :, None], k_hi[:, :, None])
+                o_p = _unscale_half(o_p, k_p)
             m_new = tl.maximum(m_i, tl.max(lse_p, 0))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp(m_i - m_safe)
