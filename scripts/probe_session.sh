@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (edit per session). Twenty-seventh session, call 4: fp16 split partials in the 64-row kernel
+# One device call (edit per session). Twenty-seventh session, call 5: fp16 split partials (scales folded into the combine weights) in the 64-row kernel
 # (configs.decode.HALF_PARTIALS): its gpu tests, then fp16 against float32 partials in one process, then the
 # harness at batch 1 (128 heads).
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh

@@ -1169,15 +1169,15 @@ def _ws_half_and_float(monkeypatch, pb, q, **kwargs):
 @pytest.mark.parametrize("parts", [None, 13], ids=["plan", "W13"])
 def test_gpu_half_partials_match_float32_partials(monkeypatch, cache, new, parts):
     """fp16 split partials (scaled per row by a power of two) against float32 ones, at 128 heads on split
-    schedules: every element within a bf16 rounding of the float32 path's, against its row's largest value
-    (a wrong scale or a lost exponent is off by a factor of two or more), the LSE the same, and both against
-    the reference."""
+    schedules: every element within one bf16 step (2^-7) of its row's largest value from the float32 path's
+    (the paths round differently, so an element can land on the next bf16 value; a wrong scale or a lost
+    exponent is off by a factor of two or more), the LSE the same, and both against the reference."""
     pb, q = batch(cache, new, heads=128, head_size=576, page_size=64, dtype=torch.bfloat16, seed=71, device="cuda")
     sink = torch.randn(128, generator=torch.Generator().manual_seed(9)).cuda()
     (half, half_lse), (full, full_lse) = _ws_half_and_float(monkeypatch, pb, q, sink=sink, parts=parts)
     row_max = full.float().abs().amax(-1, keepdim=True)
     diff = (half.float() - full.float()).abs()
-    assert bool((diff <= 2.0 ** -8 * row_max).all()), float((diff / row_max).max())
+    assert bool((diff <= 2.0 ** -7 * row_max).all()), float((diff / row_max).max())
     assert torch.equal(half_lse, full_lse)
     want, want_lse = reference(pb, q, sink=sink, rope=64)
     check_lowprec(pb, q, half, half_lse, want, want_lse, sink=sink, rope=64)
@@ -1213,7 +1213,7 @@ def test_gpu_half_partials_keep_extreme_magnitudes(monkeypatch):
     rows = ~bad[..., 4:].any(-1)
     assert bool(rows.any())
     kept, kept_f = got.float()[rows][:, 4:], got_f.float()[rows][:, 4:]
-    assert bool(((kept - kept_f).abs() <= 2.0 ** -8 * kept_f.abs().amax(-1, keepdim=True)).all())
+    assert bool(((kept - kept_f).abs() <= 2.0 ** -7 * kept_f.abs().amax(-1, keepdim=True)).all())
 
 
 # --------------------------------------------------- CPU tier: the warp-specialized kernel's dispatch rules

@@ -533,14 +533,6 @@ def _pow2(n):
     return ((n + 127) << 23).to(tl.float32, bitcast=True)
 
 
-@triton.jit
-def _unscale_half(x, k):
-    """x * 2^-k for an fp16 partial value x (as float32) scaled by 2^k, k in [-113, 141]: the first factor
-    (2^-15 to 1) is exact on any fp16 value, the second rounds only where float32 itself would be subnormal."""
-    k2 = tl.minimum(k, 126)
-    return x * _pow2(k2 - k) * _pow2(-k2)
-
-
 @triton.jit(do_not_specialize=["batch", "num_heads", "num_workers"])
 def _mla_decode_combine_kernel(
     out_ptr, lse_ptr, offsets_ptr, schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr,
@@ -555,8 +547,9 @@ def _mla_decode_combine_kernel(
     starts inside b, so b is its first sequence). Sequences done by one worker were written by the main kernel.
     PDL: launched as a programmatic dependent of the main kernel, so it waits for that kernel to end (and its
     writes to be visible) before reading anything. HALF_PARTIALS: the partial rows are fp16 scaled by 2^k,
-    with k of columns [0, 256) and [256, 512) at LSE rows 1 and 2 of the slot (`stride_pl_k` apart; see
-    `mla_decode_ws._half_exponent`).
+    with k (-113 to 126) of columns [0, 256) and [256, 512) at LSE rows 1 and 2 of the slot (`stride_pl_k`
+    apart; see `mla_decode_ws._half_exponent`); 2^-k joins the piece's weight (per piece and row, not per
+    value).
     """
     if PDL:
         gdc_wait()
@@ -588,18 +581,23 @@ def _mla_decode_combine_kernel(
             o_p = tl.load(part_out_ptr + slot[:, None, None] * stride_po_s
                           + offs_m[None, :, None].to(tl.int64) * stride_po_r + offs_d[None, None, :],
                           mask=ok[:, :, None], other=0.0).to(tl.float32)  # [BLOCK_P, BLOCK_R, BLOCK_DV]
-            if HALF_PARTIALS:
-                k_at = part_lse_ptr + slot[:, None] * stride_pl_s + offs_m[None, :]
-                k_lo = tl.load(k_at + stride_pl_k, mask=ok, other=0.0).to(tl.int32)
-                k_hi = tl.load(k_at + 2 * stride_pl_k, mask=ok, other=0.0).to(tl.int32)
-                k_p = tl.where((offs_d < 256)[None, None, :], k_lo[:, :, None], k_hi[:, :, None])
-                o_p = _unscale_half(o_p, k_p)
             m_new = tl.maximum(m_i, tl.max(lse_p, 0))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp(m_i - m_safe)
             weight = tl.exp(lse_p - m_safe[None, :])
             l_i = l_i * alpha + tl.sum(weight, 0)
-            acc = acc * alpha[:, None] + tl.sum(weight[:, :, None] * o_p, 0)
+            if HALF_PARTIALS:
+                # the pieces' scales 2^-k (exact) folded into their weights, per column half
+                k_at = part_lse_ptr + slot[:, None] * stride_pl_s + offs_m[None, :]
+                w_lo = weight * _pow2(-tl.load(k_at + stride_pl_k, mask=ok, other=0.0).to(tl.int32))
+                w_hi = weight * _pow2(-tl.load(k_at + 2 * stride_pl_k, mask=ok, other=0.0).to(tl.int32))
+                if BLOCK_DV <= 256:  # one half: BLOCK_DV divides 256
+                    w_o = tl.where(tl.program_id(2) * BLOCK_DV < 256, w_lo, w_hi)[:, :, None]
+                else:
+                    w_o = tl.where((offs_d < 256)[None, None, :], w_lo[:, :, None], w_hi[:, :, None])
+            else:
+                w_o = weight[:, :, None]
+            acc = acc * alpha[:, None] + tl.sum(w_o * o_p, 0)
             m_i = m_new
             p0 += BLOCK_P
         has = l_i > 0

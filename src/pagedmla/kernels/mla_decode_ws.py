@@ -203,20 +203,20 @@ def _pow2(n):
 
 @gluon.jit
 def _half_exponent(x):
-    """Per row of x, the k for which x * 2^k has its largest finite magnitude in [2^14, 2^15): the row in fp16
-    then keeps 11 significant bits for every value down to 2^-28 of that largest one, and overflows nowhere.
-    k is in [-113, 141] (141 for a row of zeros or subnormals); inf and NaN stay what they are."""
+    """Per row of x, the k for which x * 2^k has its largest finite magnitude in [2^14, 2^15) (k <= 126: rows
+    whose largest value is under 2^-112 end lower): the row in fp16 then keeps 11 significant bits for every
+    value down to 2^-28 of that largest one, and overflows nowhere. k is in [-113, 126] (126 for a row of zeros);
+    inf and NaN stay what they are."""
     mag = gl.abs(x)
     mag = gl.where(mag < float("inf"), mag, 0.0)  # NaN compares false too
     biased = (gl.max(mag, axis=1).to(gl.int32, bitcast=True) >> 23) & 0xFF
-    return 141 - biased
+    return gl.minimum(141 - biased, 126)
 
 
 @gluon.jit
 def _to_half(x, k):
-    """x * 2^k (rows) in fp16; the two power-of-two factors keep every product exact before the rounding."""
-    k1 = gl.minimum(k, 127)
-    return (x * _pow2(k1)[:, None] * _pow2(k - k1)[:, None]).to(gl.float16)
+    """x * 2^k (rows; exact) in fp16."""
+    return (x * _pow2(k)[:, None]).to(gl.float16)
 
 
 @gluon.jit
