@@ -1,21 +1,12 @@
 #!/usr/bin/env bash
-# One device call (edit per session). Twenty-seventh session, call 5: fp16 split partials (scales folded into the combine weights) in the 64-row kernel
-# (configs.decode.HALF_PARTIALS): its gpu tests, then fp16 against float32 partials in one process, then the
-# harness at batch 1 (128 heads).
+# One device call (edit per session). Twenty-seventh session, call 6: where fp16 split partials lose time at
+# batch 1 (128 heads): fp16 against float32 partials with the shipped combine and with a combine that merges
+# nothing (`empty`: the decode kernel's share alone).
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-f="$OUT/gpu-tests-ws-$COMMIT.txt"
-PYTHONPATH=src timeout 330 python3 -m pytest -q -m gpu tests/test_decode_triton.py -p no:cacheprovider \
-  -k "half_partials or warp_specialized or deepseek_shapes or cuda_graph_replay or waits_for or partitions" \
-  > "$f" 2>&1
-echo "tests rc $?"; grep -E "passed|failed|Error|assert" "$f" | tail -15
-f="$OUT/ws-partials-$COMMIT.txt"
-PYTHONPATH=src:benchmarks timeout 200 python3 benchmarks/experiments/ws_start.py --case 1,16384,128 \
-  --case 1,4096,128 --case 64,4096,128 --repeat 3 --partials half float --combines shipped > "$f" 2>&1
-echo "ws_start rc $?"; grep -v "^$" "$f" | sort | tail -20
-f="$OUT/bench-decode-h128-b1-$COMMIT.txt"
-PYTHONPATH=src timeout 120 python3 -m pagedmla.cli bench decode --heads 128 --batch 1 --keys 16384 4096 \
-  --no-reference > "$f" 2>&1
-echo "bench rc $?"; grep -E "^ceilings" "$f"; tail -3 "$f"
+f="$OUT/ws-partials-split-$COMMIT.txt"
+PYTHONPATH=src:benchmarks timeout 300 python3 benchmarks/experiments/ws_start.py --case 1,16384,128 \
+  --case 1,4096,128 --repeat 3 --partials half float --combines shipped empty > "$f" 2>&1
+echo "ws_start rc $?"; grep -v "^$" "$f" | sort | tail -30
