@@ -27,7 +27,7 @@ serializes the MMAs):
   1) and stores it with TMA stores, bf16 into `out` or into the partial rows (in four 64-column quarters, each
   stored as soon as it is staged) (`_stage_and_store`); otherwise from registers. HALF_PARTIALS: the partial
   rows are fp16, each row of a consumer's half scaled by a power of two so that its largest finite value is in
-  [2^14, 2^15) (`_half_exponent`; the exponents go to the slot's LSE rows 1 and 2): half the bytes of float32,
+  [2^14, 2^15) (`_half_exponent`; a row's LSE record holds them): half the bytes of float32,
   which batch 1 pays for twice (stored by every SM at once, then read back by the combine), with 11 significant
   bits per value (docs/layout.md, "Split partials").
 
@@ -285,7 +285,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
               lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
               c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows, layer_row0,
               stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-              stride_pl_k, HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr, HALF_PARTIALS: gl.constexpr):
+              stride_pl_r, HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr, HALF_PARTIALS: gl.constexpr):
     """Consumer C: its role in each pair of key blocks (see the module docstring), output columns
     [256 C, 256 C + 256). `stats` rows: 0 m_a, 1 rowsum(P_a), 2 m_b, 3 rowsum(P_b). TMA_OUT: the output and
     partial tiles leave through shared memory by TMA stores (`_stage_and_store`)."""
@@ -470,10 +470,12 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
                     gl.store(part_out_ptr + slot * stride_po_s + r.to(gl.int64)[:, None] * stride_po_r + d[None, :],
                              out, mask=r_ok, eviction_policy="evict_last")
                 if C == 0:
-                    gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, eviction_policy="evict_last")
+                    gl.store(part_lse_ptr + slot * stride_pl_s + rows * stride_pl_r, lse, mask=rows_ok,
+                             eviction_policy="evict_last")
                 if HALF_PARTIALS:
-                    # the partial's scale exponents: row 1 + C of the slot's LSE rows
-                    gl.store(part_lse_ptr + slot * stride_pl_s + (1 + C) * stride_pl_k + r, half_exp.to(gl.float32),
+                    # the row's scale exponents follow its LSE (one record of 4 floats a row: the combine's
+                    # loads of a piece's LSE and exponents then share a sector)
+                    gl.store(part_lse_ptr + slot * stride_pl_s + r * stride_pl_r + 1 + C, half_exp.to(gl.float32),
                              mask=r < num_q * num_heads)
             epis += 1
 
@@ -487,7 +489,7 @@ def _mla_decode_ws_kernel(
     sink_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc,
     batch, num_heads, num_tiles, mask_code, window, qk_scale, page_size, page_rows, layer_row0,
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-    stride_pl_k, HAS_SINK: gl.constexpr, CONSUMER_REGS: gl.constexpr, TMA_OUT: gl.constexpr,
+    stride_pl_r, HAS_SINK: gl.constexpr, CONSUMER_REGS: gl.constexpr, TMA_OUT: gl.constexpr,
     HALF_PARTIALS: gl.constexpr,
 ):
     """Program (worker w, row tile t), as `_mla_decode_kernel`. The cache is read through `k_desc` / `kr_desc`,
@@ -529,11 +531,11 @@ def _mla_decode_ws_kernel(
                     lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
                     c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows,
                     layer_row0, stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
-                    stride_po_r, stride_pl_s, stride_pl_k, HAS_SINK, TMA_OUT, HALF_PARTIALS)),
+                    stride_po_r, stride_pl_s, stride_pl_r, HAS_SINK, TMA_OUT, HALF_PARTIALS)),
         (_consumer, (1, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready,
                     k_empty, got_a, got_b, got_pa, stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr,
                     lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
                     c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows,
                     layer_row0, stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
-                    stride_po_r, stride_pl_s, stride_pl_k, HAS_SINK, TMA_OUT, HALF_PARTIALS)),
+                    stride_po_r, stride_pl_s, stride_pl_r, HAS_SINK, TMA_OUT, HALF_PARTIALS)),
     ], [4], [CONSUMER_REGS])

@@ -320,7 +320,7 @@ def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_
     q2d = _ws_q_rows(q)
     split = num_workers > 1  # as `launch_decode` sized part_out (a [1, 1, 1] placeholder when unsplit)
     tma_out = _ws_tma_out(q, out)
-    half = part_out.dtype == torch.float16  # `_half_partials`: then part_lse is [2W, 3, rows]
+    half = part_out.dtype == torch.float16  # `_half_partials`: then part_lse is [2W, rows, 4]
     # the descriptors exist in every call (the kernel's signature); unused ones describe small spare tensors
     out2d = _ws_out_rows(out)
     if out2d is None:
@@ -337,7 +337,7 @@ def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_
         desc(po2d, [64, 64]),
         batch, q.shape[1], num_tiles, mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows,
         layer_row0, lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
-        part_out.stride(0), part_out.stride(1), part_lse.stride(0), part_lse.stride(1) if half else 0,
+        part_out.stride(0), part_out.stride(1), part_lse.stride(0), part_lse.stride(1),
         HAS_SINK=sink is not lse, CONSUMER_REGS=240, TMA_OUT=tma_out, HALF_PARTIALS=half, num_warps=4,
         **pdl_kwargs(pdl))
 
@@ -518,8 +518,8 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
     half = _half_partials(ws, split, q, out)
     part_out = torch.empty((2 * num_workers if split else 1, rows_pad, kv_lora_rank if split else 1),
                            dtype=torch.float16 if half else torch.float32, device=q.device)
-    # fp16 partials: each slot's LSE row, then the scale exponents of its two column halves
-    part_lse = torch.empty((part_out.shape[0], 3, rows_pad) if half else (part_out.shape[0], rows_pad),
+    # fp16 partials: a record per row, its LSE, the scale exponents of its two column halves, a spare float
+    part_lse = torch.empty((part_out.shape[0], rows_pad, 4) if half else (part_out.shape[0], rows_pad),
                            dtype=torch.float32, device=q.device)
     sink = attn_sink if attn_sink is not None else lse
     # programmatic dependent launches (Hopper): the kernels wait for the previous kernel at their start
@@ -580,7 +580,7 @@ def _launch_combine(out, lse, input_row_offsets, schedule, sink, part_out, part_
     _mla_decode_combine_kernel[grid](
         out, lse, input_row_offsets, schedule, sink, part_out, part_lse, batch, num_heads, num_workers,
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), part_out.stride(0), part_out.stride(1),
-        part_lse.stride(0), part_lse.stride(1) if half else 0,
+        part_lse.stride(0), part_lse.stride(1),
         BLOCK_R=ccfg.block_r, BLOCK_DV=ccfg.block_dv, BLOCK_P=ccfg.block_p, HAS_SINK=has_sink, PDL=pdl,
         HALF_PARTIALS=half, num_warps=ccfg.num_warps, **pdl_kwargs(pdl))
 
