@@ -34,7 +34,7 @@ from decode_probe import Case, _time_graph
 from stamped_kernels import SourcePatch, load_patched
 
 from pagedmla.configs import decode as decode_configs
-from pagedmla.configs.decode import WS16
+from pagedmla.configs.decode import WS16, CombineConfig
 from pagedmla.ops import _triton_decode
 
 WAIT = """    if PDL:
@@ -171,6 +171,9 @@ def main() -> None:
                         help="also time these kernels (`_ws_bound`)")
     parser.add_argument("--partials", nargs="*", default=["default"], choices=["default", "half", "float"],
                         help="the 64-row kernel's split partials: configs.decode.HALF_PARTIALS as set, True, False")
+    parser.add_argument("--combine-tiles", nargs="*", default=["default"],
+                        help="combine tiles P,R,DV,W (CombineConfig block_p, block_r, block_dv, num_warps) instead "
+                             "of the heuristic's ('default')")
     args = parser.parse_args()
     combines = {name: (_triton_decode._mla_decode_combine_kernel if name == "shipped" else _combine_patched(name))
                 for name in args.combines}
@@ -181,6 +184,7 @@ def main() -> None:
         kernels[name] = _ws_bound(name)
     saved = _triton_decode.WS16_KERNEL
     half_partials = decode_configs.HALF_PARTIALS
+    heuristic = _triton_decode.combine_heuristic
     shipped_combine = _triton_decode._mla_decode_combine_kernel
     _triton_decode.WS16_KERNEL = "registers"
     try:
@@ -189,9 +193,11 @@ def main() -> None:
             fp8 = heads == 16
             case = Case(b, n, heads, 1, fp8=fp8)
             plan = case.plan()
-            for _, partials in itertools.product(range(args.repeat), args.partials):
+            for _, partials, tile in itertools.product(range(args.repeat), args.partials, args.combine_tiles):
                 if partials != "default":
                     decode_configs.HALF_PARTIALS = partials == "half"
+                _triton_decode.combine_heuristic = heuristic if tile == "default" else (
+                    lambda *a, t=tile, **k: CombineConfig(*(int(x) for x in t.split(","))))
                 for kname, ws_kernel in (kernels.items() if not fp8 else [("rs", None)]):
                     if ws_kernel is not None:
                         _triton_decode._mla_decode_ws_kernel = ws_kernel
@@ -199,8 +205,9 @@ def main() -> None:
                         _triton_decode._mla_decode_combine_kernel = kernel
                         us = _time_graph(case.run(plan, WS16 if fp8 else None)) * 1e3 / case.copies
                         print(f"H{heads} B{b} N{n} W{plan.num_partitions} partials={partials} kernel={kname} "
-                              f"combine={name}: {us:.1f} us", flush=True)
+                              f"combine={name} tile={tile}: {us:.1f} us", flush=True)
     finally:
+        _triton_decode.combine_heuristic = heuristic
         decode_configs.HALF_PARTIALS = half_partials
         _triton_decode.WS16_KERNEL = saved
         _triton_decode._mla_decode_combine_kernel = shipped_combine
