@@ -68,7 +68,8 @@ DISCARD = ACC_END + """            tl.debug_barrier()
 
 
 def _combine_patched(name: str):
-    """`hoisted`: the schedule and row offsets loaded before the wait for the decode; `discard`: the partial
+    """`hoisted`: the schedule and row offsets loaded before the wait for the decode; `no-trigger`: no
+    `griddepcontrol.launch_dependents` (the next kernel launches at the combine's end); `discard`: the partial
     rows read are discarded from L2 once merged (`DISCARD`); bounds (the outputs are
     then wrong): `half` merges only half of the columns (those `half-partials` writes), `empty` merges nothing
     (the launch, the wait and the schedule's loads are left)."""
@@ -79,6 +80,9 @@ def _combine_patched(name: str):
     if name == "hoisted":
         patch.sub(WAIT, "")
         patch.sub(LOADS_END, LOADS_END + WAIT)
+    elif name == "no-trigger":
+        # the next kernel launches only as this one ends, not once its programs passed their wait
+        patch.sub(WAIT, "    if PDL:\n        gdc_wait()\n")
     elif name == "discard":
         patch.sub(ACC_END, DISCARD)
     else:
@@ -164,7 +168,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--trigger", action="store_true", help="also time the kernel with `_ws_trigger_end`")
     parser.add_argument("--combines", nargs="*", default=["shipped", "hoisted"],
-                        choices=["shipped", "hoisted", "half", "empty", "discard"])
+                        choices=["shipped", "hoisted", "half", "empty", "discard", "no-trigger"])
     parser.add_argument("--bounds", nargs="*", default=[],
                         choices=["no-stage", "no-tma-store", "half-partials", "late-wait", "late-wait+half", "early-pages",
                                  "early-pages+half"],
