@@ -174,20 +174,17 @@ def decode_spec(name: str):
                    None if interior is None else interior == "-interior")
 
 
-def combine(block_p: int, block_r: int, block_dv: int, warps: int, half: bool = False):
-    """The split-KV combine of the dense decode (bf16 out, float32 partials; `half`: fp16 partials with their
-    scale exponents, as `kernels.mla_decode_ws` writes them)."""
+def combine(block_p: int, block_r: int, block_dv: int, warps: int):
+    """The split-KV combine of the dense decode (bf16 out, float32 partials)."""
     from pagedmla.kernels.mla_decode import _mla_decode_combine_kernel
     types = {"out_ptr": "*bf16", "lse_ptr": "*fp32", "offsets_ptr": "*i32", "schedule_ptr": "*i32",
-             "sink_ptr": "*fp32", "part_out_ptr": "*fp16" if half else "*fp32", "part_lse_ptr": "*fp32"}
-    const = dict(BLOCK_R=block_r, BLOCK_DV=block_dv, BLOCK_P=block_p, HAS_SINK=False, PDL=True, HALF_PARTIALS=half)
+             "sink_ptr": "*fp32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32"}
+    const = dict(BLOCK_R=block_r, BLOCK_DV=block_dv, BLOCK_P=block_p, HAS_SINK=False, PDL=True)
     return _mla_decode_combine_kernel, types, const, warps, 1
 
 
 CASES.update({f"combine-p{p}-r{r}-dv{d}-w{w}": partial(combine, p, r, d, w)
               for p, r, d, w in ((4, 8, 128, 4), (2, 8, 128, 4), (2, 4, 512, 4), (1, 16, 128, 4), (64, 1, 64, 4))})
-CASES.update({f"combine-half-p{p}-r{r}-dv{d}-w{w}": partial(combine, p, r, d, w, True)
-              for p, r, d, w in ((2, 4, 512, 4), (128, 1, 32, 1))})
 
 
 def sparse_combine(block_s: int = 4, block_r: int = 4, block_dv: int = 512, warps: int = 4):
@@ -279,9 +276,9 @@ def prefill_ws(block_n: int, stages: int):
 CASES.update({"prefill-ws": partial(prefill_ws, 128, 2), "prefill-ws-n64-s3": partial(prefill_ws, 64, 3)})
 
 
-def decode_ws(tma_out: bool = True, half: bool = False):
+def decode_ws(tma_out: bool = True):
     """The warp-specialized Gluon decode (`kernels.mla_decode_ws`) with the descriptors its launcher builds
-    for DeepSeek's dims (128 heads, a 64-slot page cache of 2 layers); `half`: fp16 split partials."""
+    for DeepSeek's dims (128 heads, a 64-slot page cache of 2 layers)."""
     import torch
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -292,27 +289,25 @@ def decode_ws(tma_out: bool = True, half: bool = False):
 
     q = torch.empty(8, 128, 576, dtype=torch.bfloat16)
     out = torch.empty(8, 128, 512, dtype=torch.bfloat16)
-    part = torch.empty(64, 512, dtype=torch.float16 if half else torch.float32)
+    part = torch.empty(64, 512, dtype=torch.float32)
     blocks = torch.empty(16, 1, 2, 64, 1, 576, dtype=torch.bfloat16)
     cache2d = _ws_cache_rows(blocks, 1)[0]
     q2d = _ws_q_rows(q)
 
     def desc(x2d, block):
-        dtype = {torch.float32: gl.float32, torch.float16: gl.float16}.get(x2d.dtype, gl.bfloat16)
+        dtype = gl.float32 if x2d.dtype == torch.float32 else gl.bfloat16
         return TensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block, dtype))
     descs = {"q_desc": desc(q2d, [64, 256]), "qr_desc": desc(q2d, [64, 64]), "k_desc": desc(cache2d, [64, 256]),
              "kr_desc": desc(cache2d, [64, 64]), "out_desc": desc(_ws_out_rows(out), [64, 256]),
              "po_desc": desc(part, [64, 64])}
     types = {name: mangle_type(d) for name, d in descs.items()}
     types.update(out_ptr="*bf16", lse_ptr="*fp32", offsets_ptr="*i32", cache_lengths_ptr="*i32", lookup_ptr="*i32",
-                 schedule_ptr="*i32", sink_ptr="*fp32", part_out_ptr="*fp16" if half else "*fp32",
-                 part_lse_ptr="*fp32")
-    const = dict(HAS_SINK=True, CONSUMER_REGS=240, TMA_OUT=tma_out, HALF_PARTIALS=half)
+                 schedule_ptr="*i32", sink_ptr="*fp32", part_out_ptr="*fp32", part_lse_ptr="*fp32")
+    const = dict(HAS_SINK=True, CONSUMER_REGS=240, TMA_OUT=tma_out)
     return _mla_decode_ws_kernel, types, const, 4, 2
 
 
-CASES.update({"decode-ws": decode_ws, "decode-ws-register-stores": partial(decode_ws, False),
-              "decode-ws-half-partials": partial(decode_ws, True, True)})
+CASES.update({"decode-ws": decode_ws, "decode-ws-register-stores": partial(decode_ws, False)})
 
 
 def decode_ws16(sink: bool = True, registers: bool = False):

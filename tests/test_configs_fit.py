@@ -80,16 +80,16 @@ def test_hopper_only_kernels_compile_and_fit():
     tail_in_main tiles."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
-    cases = "prefill-ws,prefill-ws-n64-s3,k-matmul-tail-in-main-w4-s5,decode-ws,decode-ws-half-partials"
+    cases = "prefill-ws,prefill-ws-n64-s3,k-matmul-tail-in-main-w4-s5,decode-ws"
     res = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "compile_sm90.py"), cases,
                           "--max-shared", str(H200_SHARED_BYTES)], capture_output=True, text=True, env=env,
                          timeout=600, check=False)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     lines = [ln for ln in res.stdout.splitlines() if "shared bytes:" in ln]
-    assert len(lines) == 5, res.stdout[-2000:]
+    assert len(lines) == 4, res.stdout[-2000:]
     assert all("0 bytes spill stores" in ln for ln in lines[:2]), lines
-    assert all("serialized due to insufficient register" not in ln for ln in lines[3:]), lines[3:]
-    assert res.stdout.count("'wgmma': 0") == 0 and res.stdout.count("'st.local': 0") == 5, res.stdout[-2000:]
+    assert "serialized due to insufficient register" not in lines[3], lines[3]
+    assert res.stdout.count("'wgmma': 0") == 0 and res.stdout.count("'st.local': 0") == 4, res.stdout[-2000:]
 
 
 @pytest.mark.skipif(not os.path.exists(PTXAS), reason="the triton wheel has no bundled ptxas")

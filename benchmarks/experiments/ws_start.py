@@ -33,7 +33,6 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from decode_probe import Case, _time_graph
 from stamped_kernels import SourcePatch, load_patched
 
-from pagedmla.configs import decode as decode_configs
 from pagedmla.configs.decode import WS16, CombineConfig
 from pagedmla.ops import _triton_decode
 
@@ -107,7 +106,7 @@ def _ws_trigger_end():
 
 FIRST_WAIT = "    wait_for_prior_grid(w)\n    first_seq = gl.load("
 LOAD_Q = "                    _load_q(q_desc, qr_desc,"
-QUARTERS = "        for i in gl.static_range(4):\n            tile = tiles.index((8 if HALF_PARTIALS else 4) * C + i)\n"
+QUARTERS = "        for i in gl.static_range(4):\n            tile = tiles.index(4 * C + i)\n"
 LAST_SEQ = "    last_seq = gl.minimum(gl.load(schedule_ptr + (1 + w) * 4 + 2), batch - 1)\n"
 # the table entries of a worker's first two blocks, from the schedule row alone (its first sequence and first
 # key: the blocks' start under masks that do not cut the front of the keys, as at batch 1 with one token)
@@ -173,8 +172,6 @@ def main() -> None:
                         choices=["no-stage", "no-tma-store", "half-partials", "late-wait", "late-wait+half", "early-pages",
                                  "early-pages+half"],
                         help="also time these kernels (`_ws_bound`)")
-    parser.add_argument("--partials", nargs="*", default=["default"], choices=["default", "half", "float"],
-                        help="the 64-row kernel's split partials: configs.decode.HALF_PARTIALS as set, True, False")
     parser.add_argument("--combine-tiles", nargs="*", default=["default"],
                         help="combine tiles P,R,DV,W (CombineConfig block_p, block_r, block_dv, num_warps) instead "
                              "of the heuristic's ('default')")
@@ -187,7 +184,6 @@ def main() -> None:
     for name in args.bounds:
         kernels[name] = _ws_bound(name)
     saved = _triton_decode.WS16_KERNEL
-    half_partials = decode_configs.HALF_PARTIALS
     heuristic = _triton_decode.combine_heuristic
     shipped_combine = _triton_decode._mla_decode_combine_kernel
     _triton_decode.WS16_KERNEL = "registers"
@@ -197,9 +193,7 @@ def main() -> None:
             fp8 = heads == 16
             case = Case(b, n, heads, 1, fp8=fp8)
             plan = case.plan()
-            for _, partials, tile in itertools.product(range(args.repeat), args.partials, args.combine_tiles):
-                if partials != "default":
-                    decode_configs.HALF_PARTIALS = partials == "half"
+            for _, tile in itertools.product(range(args.repeat), args.combine_tiles):
                 _triton_decode.combine_heuristic = heuristic if tile == "default" else (
                     lambda *a, t=tile, **k: CombineConfig(*(int(x) for x in t.split(","))))
                 for kname, ws_kernel in (kernels.items() if not fp8 else [("rs", None)]):
@@ -208,11 +202,10 @@ def main() -> None:
                     for name, kernel in combines.items():
                         _triton_decode._mla_decode_combine_kernel = kernel
                         us = _time_graph(case.run(plan, WS16 if fp8 else None)) * 1e3 / case.copies
-                        print(f"H{heads} B{b} N{n} W{plan.num_partitions} partials={partials} kernel={kname} "
+                        print(f"H{heads} B{b} N{n} W{plan.num_partitions} kernel={kname} "
                               f"combine={name} tile={tile}: {us:.1f} us", flush=True)
     finally:
         _triton_decode.combine_heuristic = heuristic
-        decode_configs.HALF_PARTIALS = half_partials
         _triton_decode.WS16_KERNEL = saved
         _triton_decode._mla_decode_combine_kernel = shipped_combine
         _triton_decode._mla_decode_ws_kernel = kernels["shipped"]

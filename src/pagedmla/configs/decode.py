@@ -64,13 +64,6 @@ class DecodeConfig:
 # 16.2 -> 14.9 us, B64 84.2 -> 83.3. False: plain launches.
 PROGRAMMATIC_LAUNCH = True
 
-# Split partials of the 64-row Gluon decode (`kernels.mla_decode_ws`, 128-head-class calls) in fp16, each row of
-# a consumer's 256 columns scaled by a power of two (docs/layout.md, "Split partials"): half the bytes of
-# float32, which batch 1 at 128 heads writes from every SM at once and the combine reads back. Each partial
-# value keeps 11 significant bits (relative error <= 2^-11, a quarter of a bf16 output's rounding). False:
-# float32 partials.
-HALF_PARTIALS = True
-
 # the Gluon kernel's fixed tiling (64 rows, 64-key blocks, two 4-warp consumers; block_n, num_warps and
 # num_stages are what the Triton kernel runs with when the Gluon one cannot take a call)
 WARP_SPECIALIZED = DecodeConfig(block_m=64, block_n=64, num_warps=8, num_stages=2, unmasked_interior=True,

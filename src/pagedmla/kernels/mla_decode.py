@@ -527,31 +527,20 @@ def _mla_decode_kernel(
         b += 1
 
 
-@triton.jit
-def _pow2(n):
-    """2^n as float32, exactly, for integers n in [-126, 127] (built from its exponent bits)."""
-    return ((n + 127) << 23).to(tl.float32, bitcast=True)
-
-
 @triton.jit(do_not_specialize=["batch", "num_heads", "num_workers"])
 def _mla_decode_combine_kernel(
     out_ptr, lse_ptr, offsets_ptr, schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr,
     batch, num_heads, num_workers,
-    stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s, stride_pl_r,
+    stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
     BLOCK_R: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_P: tl.constexpr, HAS_SINK: tl.constexpr,
-    PDL: tl.constexpr, HALF_PARTIALS: tl.constexpr = False,
+    PDL: tl.constexpr,
 ):
     """Program (sequence b, rows block, columns block): merge the pieces of a split sequence by LSE.
 
     Piece 0 is the first worker's slot from the schedule, piece k > 0 is slot `2 * (first + k)` (a later worker
     starts inside b, so b is its first sequence). Sequences done by one worker were written by the main kernel.
     PDL: launched as a programmatic dependent of the main kernel, so it waits for that kernel to end (and its
-    writes to be visible) before reading anything. A row's LSE is `stride_pl_r` floats after the previous
-    row's. HALF_PARTIALS: the partial rows are fp16 scaled by 2^k, with k (-113 to 126) of columns [0, 256)
-    and [256, 512) right after the row's LSE (a record of 4 floats a row; see `mla_decode_ws._half_exponent`);
-    2^-k joins the piece's weight (per piece and row, not per value). With the exponents in rows of their own
-    the combine read three scattered sectors per piece and row instead of one, and batch 1 at 128 heads took
-    24.0-24.5 us a call against 22.8-23.4 with float32 partials.
+    writes to be visible) before reading anything.
     """
     if PDL:
         gdc_wait()
@@ -578,27 +567,17 @@ def _mla_decode_combine_kernel(
             p_ok = piece < num_pieces
             slot = tl.where(piece == 0, first_slot, 2 * (first + piece)).to(tl.int64)
             ok = p_ok[:, None] & m_ok[None, :]
-            lse_at = part_lse_ptr + slot[:, None] * stride_pl_s + offs_m[None, :] * stride_pl_r
-            lse_p = tl.load(lse_at, mask=ok, other=float("-inf"))  # [BLOCK_P, BLOCK_R]
+            lse_p = tl.load(part_lse_ptr + slot[:, None] * stride_pl_s + offs_m[None, :], mask=ok,
+                            other=float("-inf"))  # [BLOCK_P, BLOCK_R]
             o_p = tl.load(part_out_ptr + slot[:, None, None] * stride_po_s
                           + offs_m[None, :, None].to(tl.int64) * stride_po_r + offs_d[None, None, :],
-                          mask=ok[:, :, None], other=0.0).to(tl.float32)  # [BLOCK_P, BLOCK_R, BLOCK_DV]
+                          mask=ok[:, :, None], other=0.0)  # [BLOCK_P, BLOCK_R, BLOCK_DV]
             m_new = tl.maximum(m_i, tl.max(lse_p, 0))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp(m_i - m_safe)
             weight = tl.exp(lse_p - m_safe[None, :])
             l_i = l_i * alpha + tl.sum(weight, 0)
-            if HALF_PARTIALS:
-                # the pieces' scales 2^-k (exact) folded into their weights, per column half
-                w_lo = weight * _pow2(-tl.load(lse_at + 1, mask=ok, other=0.0).to(tl.int32))
-                w_hi = weight * _pow2(-tl.load(lse_at + 2, mask=ok, other=0.0).to(tl.int32))
-                if BLOCK_DV <= 256:  # one half: BLOCK_DV divides 256
-                    w_o = tl.where(tl.program_id(2) * BLOCK_DV < 256, w_lo, w_hi)[:, :, None]
-                else:
-                    w_o = tl.where((offs_d < 256)[None, None, :], w_lo[:, :, None], w_hi[:, :, None])
-            else:
-                w_o = weight[:, :, None]
-            acc = acc * alpha[:, None] + tl.sum(w_o * o_p, 0)
+            acc = acc * alpha[:, None] + tl.sum(weight[:, :, None] * o_p, 0)
             m_i = m_new
             p0 += BLOCK_P
         has = l_i > 0

@@ -24,12 +24,8 @@ serializes the MMAs):
   the logits only, which have retired by then), where it is an MMA operand as it stands.
 - the epilogue (TMA_OUT: heads a multiple of 64, out writable as rows of 512): each consumer writes its
   normalized 64 x 256 tile into shared memory it no longer reads (consumer 0: q's tiles; consumer 1: ring slot
-  1) and stores it with TMA stores, bf16 into `out` or into the partial rows (in four 64-column quarters, each
-  stored as soon as it is staged) (`_stage_and_store`); otherwise from registers. HALF_PARTIALS: the partial
-  rows are fp16, each row of a consumer's half scaled by a power of two so that its largest finite value is in
-  [2^14, 2^15) (`_half_exponent`; a row's LSE record holds them): half the bytes of float32,
-  which batch 1 pays for twice (stored by every SM at once, then read back by the combine), with 11 significant
-  bits per value (docs/layout.md, "Split partials").
+  1) and stores it with TMA stores, bf16 into `out` or float32 into the partial rows (in four 64-column
+  quarters, each stored as soon as it is staged) (`_stage_and_store`); otherwise from registers.
 
 Keys outside a row's [lo_r, hi_r) are masked in S; in the (at most two) edge blocks of the tile's [lo, hi), the
 consumer computing the block's logits also zeroes the value rows of the keys outside it in shared memory before
@@ -196,38 +192,13 @@ def _quarters(x):
 
 
 @gluon.jit
-def _pow2(n):
-    """2^n as float32, exactly, for integers n in [-126, 127] (built from its exponent bits)."""
-    return ((n + 127) << 23).to(gl.float32, bitcast=True)
-
-
-@gluon.jit
-def _half_exponent(x):
-    """Per row of x, the k for which x * 2^k has its largest finite magnitude in [2^14, 2^15) (k <= 126: rows
-    whose largest value is under 2^-112 end lower): the row in fp16 then keeps 11 significant bits for every
-    value down to 2^-28 of that largest one, and overflows nowhere. k is in [-113, 126] (126 for a row of zeros);
-    inf and NaN stay what they are."""
-    mag = gl.abs(x)
-    mag = gl.where(mag < float("inf"), mag, 0.0)  # NaN compares false too
-    biased = (gl.max(mag, axis=1).to(gl.int32, bitcast=True) >> 23) & 0xFF
-    return gl.minimum(141 - biased, 126)
-
-
-@gluon.jit
-def _to_half(x, k):
-    """x * 2^k (rows; exact) in fp16."""
-    return (x * _pow2(k)[:, None]).to(gl.float16)
-
-
-@gluon.jit
 def _stage_and_store(C: gl.constexpr, out, whole, q_s, k_s, out_desc, po_desc, q_empty, c0_done, c1_stored, pieces,
-                     epis, out_row, po_row, half_exp, HALF_PARTIALS: gl.constexpr):
+                     epis, out_row, po_row):
     """Consumer C's normalized output tile `out` `[64, 256]` to memory by TMA stores through shared memory: as
-    bf16 into `out_desc`'s rows from out_row (a whole sequence), else into the partial rows from po_row, quarter
-    by quarter: float32, or with HALF_PARTIALS fp16 of `out * 2^half_exp` (rows; `_half_exponent`). Register
-    stores of the accumulator's layout write a few bytes of 8 rows per instruction; this epilogue took 6.9 us at
-    128 heads B64 N4096 and 4.8 us at B1 N16384 against under 1 us with the stores predicated off
-    (benchmarks/experiments/ws_timeline.py, BENCHMARKS.md, eighteenth session).
+    bf16 into `out_desc`'s rows from out_row (a whole sequence), else as float32 into the partial rows from
+    po_row, quarter by quarter. Register stores of the accumulator's layout write a few bytes of 8 rows per
+    instruction; this epilogue took 6.9 us at 128 heads B64 N4096 and 4.8 us at B1 N16384 against under 1 us
+    with the stores predicated off (benchmarks/experiments/ws_timeline.py, BENCHMARKS.md, eighteenth session).
 
     The tiles: consumer 0 stages in q's tiles once consumer 1 is done reading q (`q_empty`); consumer 1 in ring
     slot 1 once consumer 0 is done with the piece's blocks (`c0_done`). Each waits until its stores have read
@@ -254,21 +225,13 @@ def _stage_and_store(C: gl.constexpr, out, whole, q_s, k_s, out_desc, po_desc, q
         # four 64-column stores (po_desc: [64, 64] boxes), each issued once its quarter is staged, so that
         # staging the next quarter overlaps the store of this one: batch 1 at 128 heads took 23.2 against 24.0 us
         # a call with one [64, 256] store (BENCHMARKS.md, twenty-sixth session)
-        # consumer 0's quarters fill the front of q's tiles, consumer 1's ring slot 1 (k_s's back half)
-        if HALF_PARTIALS:
-            if C == 0:
-                tiles = q_s._reinterpret(gl.float16, [8, BLOCK_M, QUARTER], po_desc.layout)
-            else:
-                tiles = k_s._reinterpret(gl.float16, [16, BLOCK_M, QUARTER], po_desc.layout)
-            parts = _quarters(_to_half(out, half_exp))
+        if C == 0:
+            tiles = q_s._reinterpret(gl.float32, [4, BLOCK_M, QUARTER], po_desc.layout)
         else:
-            if C == 0:
-                tiles = q_s._reinterpret(gl.float32, [4, BLOCK_M, QUARTER], po_desc.layout)
-            else:
-                tiles = k_s._reinterpret(gl.float32, [8, BLOCK_M, QUARTER], po_desc.layout)
-            parts = _quarters(out)
+            tiles = k_s._reinterpret(gl.float32, [8, BLOCK_M, QUARTER], po_desc.layout)
+        parts = _quarters(out)
         for i in gl.static_range(4):
-            tile = tiles.index((8 if HALF_PARTIALS else 4) * C + i)
+            tile = tiles.index(4 * C + i)
             tile.store(parts[i])
             fence_async_shared()
             gl.thread_barrier()
@@ -285,7 +248,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
               lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
               c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows, layer_row0,
               stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-              stride_pl_r, HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr, HALF_PARTIALS: gl.constexpr):
+              HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr):
     """Consumer C: its role in each pair of key blocks (see the module docstring), output columns
     [256 C, 256 C + 256). `stats` rows: 0 m_a, 1 rowsum(P_a), 2 m_b, 3 rowsum(P_b). TMA_OUT: the output and
     partial tiles leave through shared memory by TMA stores (`_stage_and_store`)."""
@@ -446,15 +409,11 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
             r = t * BLOCK_M + gl.arange(0, BLOCK_M, o_rows)
             r_ok = (r < num_q * num_heads)[:, None]
             d = COLS * C + gl.arange(0, COLS, gl.SliceLayout(0, o_layout))
-            if HALF_PARTIALS:
-                half_exp = _half_exponent(out)
-            else:
-                half_exp = gl.zeros([BLOCK_M], gl.int32, o_rows)
             if TMA_OUT:
                 _stage_and_store(C, out, whole, q_s, k_s, out_desc, po_desc, q_empty, c0_done, c1_stored, pieces,
                                  epis, (row_start * num_heads + t * BLOCK_M).to(gl.int32),
                                  ((2 * w + (b != first_seq).to(gl.int32)) * (stride_po_s // stride_po_r)
-                                  + t * BLOCK_M).to(gl.int32), half_exp, HALF_PARTIALS)
+                                  + t * BLOCK_M).to(gl.int32))
             if whole:
                 if not TMA_OUT:
                     o_row = ((row_start + r // num_heads).to(gl.int64) * stride_o_t
@@ -470,13 +429,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
                     gl.store(part_out_ptr + slot * stride_po_s + r.to(gl.int64)[:, None] * stride_po_r + d[None, :],
                              out, mask=r_ok, eviction_policy="evict_last")
                 if C == 0:
-                    gl.store(part_lse_ptr + slot * stride_pl_s + rows * stride_pl_r, lse, mask=rows_ok,
-                             eviction_policy="evict_last")
-                if HALF_PARTIALS:
-                    # the row's scale exponents follow its LSE (one record of 4 floats a row: the combine's
-                    # loads of a piece's LSE and exponents then share a sector)
-                    gl.store(part_lse_ptr + slot * stride_pl_s + r * stride_pl_r + 1 + C, half_exp.to(gl.float32),
-                             mask=r < num_q * num_heads)
+                    gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, eviction_policy="evict_last")
             epis += 1
 
 
@@ -489,8 +442,7 @@ def _mla_decode_ws_kernel(
     sink_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc,
     batch, num_heads, num_tiles, mask_code, window, qk_scale, page_size, page_rows, layer_row0,
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-    stride_pl_r, HAS_SINK: gl.constexpr, CONSUMER_REGS: gl.constexpr, TMA_OUT: gl.constexpr,
-    HALF_PARTIALS: gl.constexpr,
+    HAS_SINK: gl.constexpr, CONSUMER_REGS: gl.constexpr, TMA_OUT: gl.constexpr,
 ):
     """Program (worker w, row tile t), as `_mla_decode_kernel`. The cache is read through `k_desc` / `kr_desc`,
     2-D views `[rows, 576]` of the cache in which page p's slot s of this layer is row
@@ -531,11 +483,11 @@ def _mla_decode_ws_kernel(
                     lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
                     c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows,
                     layer_row0, stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
-                    stride_po_r, stride_pl_s, stride_pl_r, HAS_SINK, TMA_OUT, HALF_PARTIALS)),
+                    stride_po_r, stride_pl_s, HAS_SINK, TMA_OUT)),
         (_consumer, (1, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready,
                     k_empty, got_a, got_b, got_pa, stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr,
                     lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
                     c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows,
                     layer_row0, stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
-                    stride_po_r, stride_pl_s, stride_pl_r, HAS_SINK, TMA_OUT, HALF_PARTIALS)),
+                    stride_po_r, stride_pl_s, HAS_SINK, TMA_OUT)),
     ], [4], [CONSUMER_REGS])

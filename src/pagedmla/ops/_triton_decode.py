@@ -318,18 +318,20 @@ def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_
     num_workers = schedule.shape[0] - 1 - batch
     cache2d, page_rows, layer_row0 = _ws_cache_rows(blocks, layer_idx)
     q2d = _ws_q_rows(q)
-    split = num_workers > 1  # as `launch_decode` sized part_out (a [1, 1, 1] placeholder when unsplit)
-    tma_out = _ws_tma_out(q, out)
-    half = part_out.dtype == torch.float16  # `_half_partials`: then part_lse is [2W, rows, 4]
-    # the descriptors exist in every call (the kernel's signature); unused ones describe small spare tensors
     out2d = _ws_out_rows(out)
+    split = num_workers > 1  # as `launch_decode` sized part_out (a [1, 1, 1] placeholder when unsplit)
+    # TMA stores of the output and partial tiles (`_stage_and_store`) only when every tile is 64 heads of one
+    # token: they write all 64 rows unmasked, and a tile of several tokens' heads can end inside the next
+    # sequence's rows; and out must be rows of 512
+    tma_out = q.shape[1] % 64 == 0 and out2d is not None
+    # the descriptors exist in every call (the kernel's signature); unused ones describe small spare tensors
     if out2d is None:
         out2d = torch.empty((64, out.shape[-1]), dtype=out.dtype, device=out.device)
     po2d = (part_out.view(-1, part_out.shape[-1]) if split
             else torch.empty((64, out.shape[-1]), dtype=torch.float32, device=out.device))
 
     def desc(x2d, block):
-        dtype = {torch.float32: gl.float32, torch.float16: gl.float16}.get(x2d.dtype, gl.bfloat16)
+        dtype = gl.float32 if x2d.dtype == torch.float32 else gl.bfloat16
         return GluonTensorDescriptor.from_tensor(x2d, block, gl.NVMMASharedLayout.get_default_for(block, dtype))
     _mla_decode_ws_kernel[(num_workers * num_tiles,)](
         desc(q2d, [64, 256]), desc(q2d, [64, 64]), desc(cache2d, [64, 256]), desc(cache2d, [64, 64]), out, lse,
@@ -337,23 +339,8 @@ def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_
         desc(po2d, [64, 64]),
         batch, q.shape[1], num_tiles, mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows,
         layer_row0, lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
-        part_out.stride(0), part_out.stride(1), part_lse.stride(0), part_lse.stride(1),
-        HAS_SINK=sink is not lse, CONSUMER_REGS=240, TMA_OUT=tma_out, HALF_PARTIALS=half, num_warps=4,
-        **pdl_kwargs(pdl))
-
-
-def _ws_tma_out(q, out) -> bool:
-    """Whether `_mla_decode_ws_kernel` writes its output and partial tiles by TMA stores (`_stage_and_store`):
-    only when every tile is 64 heads of one token (the stores write all 64 rows unmasked, and a tile of several
-    tokens' heads can end inside the next sequence's rows) and out is writable as rows of 512."""
-    return q.shape[1] % 64 == 0 and _ws_out_rows(out) is not None
-
-
-def _half_partials(ws: bool, split: bool, q, out) -> bool:
-    """Whether a call's split partials are fp16 (`configs.decode.HALF_PARTIALS`): only from the 64-row Gluon
-    kernel's TMA stores, with a bf16 output (fp16 partials would double an fp16 output's rounding error)."""
-    return (decode_configs.HALF_PARTIALS and ws and split and out.dtype == torch.bfloat16
-            and _ws_tma_out(q, out))
+        part_out.stride(0), part_out.stride(1), part_lse.stride(0),
+        HAS_SINK=sink is not lse, CONSUMER_REGS=240, TMA_OUT=tma_out, num_warps=4, **pdl_kwargs(pdl))
 
 
 def decode_ws16_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx: int, max_q: int) -> bool:
@@ -514,13 +501,9 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
     num_tiles = triton.cdiv(max_rows, cfg.block_m)
     split = num_workers > 1
     rows_pad = num_tiles * cfg.block_m if split else 1
-    ws = not cfg.ws16 and not cfg.ring_slots and cfg.warp_specialized and cfg.block_m == 64 and ws_ok
-    half = _half_partials(ws, split, q, out)
     part_out = torch.empty((2 * num_workers if split else 1, rows_pad, kv_lora_rank if split else 1),
-                           dtype=torch.float16 if half else torch.float32, device=q.device)
-    # fp16 partials: a record per row, its LSE, the scale exponents of its two column halves, a spare float
-    part_lse = torch.empty((part_out.shape[0], rows_pad, 4) if half else (part_out.shape[0], rows_pad),
                            dtype=torch.float32, device=q.device)
+    part_lse = torch.empty((part_out.shape[0], rows_pad), dtype=torch.float32, device=q.device)
     sink = attn_sink if attn_sink is not None else lse
     # programmatic dependent launches (Hopper): the kernels wait for the previous kernel at their start
     pdl = programmatic_launch(q.device, interpret)
@@ -537,7 +520,7 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
         _launch_ring(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx, scale, mask_code,
                      window, out, lse, schedule, sink, part_out, part_lse, cfg.ring_slots, attn_sink is not None,
                      rope_aware, pdl)
-    elif ws:
+    elif cfg.warp_specialized and cfg.block_m == 64 and ws_ok:
         _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx, scale, mask_code, window,
                    out, lse, schedule, sink, part_out, part_lse, num_tiles, pdl)
     else:
@@ -574,15 +557,14 @@ def _launch_combine(out, lse, input_row_offsets, schedule, sink, part_out, part_
                                                         interpret=interpret),
                             max_rows=max_rows, kv_lora_rank=kv_lora_rank)
     grid = (batch, triton.cdiv(max_rows, ccfg.block_r), kv_lora_rank // ccfg.block_dv)
-    half = part_out.dtype == torch.float16  # `_half_partials`
     # the interpreter has no programmatic dependent launch (nor inline assembly)
     pdl = ccfg.pdl and programmatic_launch(out.device, interpret)
     _mla_decode_combine_kernel[grid](
         out, lse, input_row_offsets, schedule, sink, part_out, part_lse, batch, num_heads, num_workers,
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), part_out.stride(0), part_out.stride(1),
-        part_lse.stride(0), part_lse.stride(1),
+        part_lse.stride(0),
         BLOCK_R=ccfg.block_r, BLOCK_DV=ccfg.block_dv, BLOCK_P=ccfg.block_p, HAS_SINK=has_sink, PDL=pdl,
-        HALF_PARTIALS=half, num_warps=ccfg.num_warps, **pdl_kwargs(pdl))
+        num_warps=ccfg.num_warps, **pdl_kwargs(pdl))
 
 
 def decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
