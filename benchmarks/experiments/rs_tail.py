@@ -14,7 +14,9 @@ cache, causal):
   132 to 128 so that each sequence falls into two whole pieces): at 169f9bf B64 N4096 took 56.4-58.5 us at 128,
   62.4-62.8 at 130 and 58.4-58.6 at 132 (benchmarks/results/session-26/rs-tail-workers-169f9bf.txt).
 Cases B,N,H at other head counts run the bf16 cache and the launcher's kernel (128 heads B1 N16384 at 169f9bf:
-25.5-25.9 us with the combine, 21.0-21.1 without).
+25.5-25.9 us with the combine, 21.0-21.1 without; at 65451be 23.0 / 23.5 with it, 18.9 without, and with 62 /
+63 / 64 workers instead of 66 (a combine tile of 64 pieces for 63) 24.8-25.1 / 24.5-24.9 us; N4096 14.6 with
+33 workers, 11.7 without the combine, 15.6-17.0 at 31-64 workers: benchmarks/results/session-27/).
 At 5810b42 the script also had the decode let the next kernel launch once its programs passed their wait
 (`griddepcontrol.launch_dependents`, a flag since removed): B64 N4096 58.5 / 58.9 us without it, 60.0 / 60.6
 with it (benchmarks/results/session-24/rs-tail-5810b42.txt). In the twenty-fifth session it also timed two

@@ -17,6 +17,23 @@ Variants:
 - combine `shipped`, or `hoisted`: a patched copy of `_mla_decode_combine_kernel` that loads the schedule and the
   row offsets before its wait for the decode kernel (they are written before the decode kernel, which never
   lets its dependents launch early, so they are complete once the combine runs): no change (2204880).
+Twenty-seventh session (benchmarks/results/session-27/, 128 heads B1, us a call, N16384 / N4096; shipped
+22.9-23.5 / 14.6):
+- bounds (`--bounds`, fb75707): `late-wait` 23.1-23.2 / 14.6 (the schedule, offsets and lengths read before the
+  wait gain nothing); `half-partials` with combine `half` (half the partials' bytes stored and merged)
+  20.0-20.1 / 13.4-13.5; `half-partials` alone 22.1-22.3 (its combine then reads stale rows); combine `half`
+  alone 21.6-22.1; combine `empty` 22.3-22.4 (with `half-partials` 20.5);
+- `early-pages` (9c11bb4): a worker's first two table entries from its schedule row, one dependent load fewer
+  before its first blocks: 23.4-23.5 / 14.6, no gain;
+- combine `discard` (d0336c4): `discard.global.L2` on the partial lines once merged (no write-back of dead
+  scratch): slower, 23.3-23.8 / 16.2;
+- `--combine-tiles` (9f1e766): 128,1,64,2 23.9 / 15.7-15.8, 128,1,128,4 25.2-25.3 / 17.4, 128,2,64,4 25.1-25.2 /
+  17.0, against the heuristic's 128,1,32,1 23.4 / 14.6; 64,1,32,1 (two steps) 23.7-24.1 (65451be);
+- combine `no-trigger` (2d38a47): the next kernel launched at the combine's end: 23.4-24.2 / 15.5-15.6, slower
+  (B64 at 128 heads 154.5-155.1 against 155.8-156.0, 16 heads FP8 57.2-57.4 against 57.0-57.2).
+fp16 split partials (a3b4830-3876d75, since reverted; `--partials` then chose them) stored half the bytes, but
+the combine lost what the kernel gained: 22.7-23.2 / 14.9 against 22.9-23.4 / 14.6 (BENCHMARKS.md,
+twenty-seventh session).
 16-head cases run the register FP8 kernel (combine variants only).
 
     PYTHONPATH=src:benchmarks python3 benchmarks/experiments/ws_start.py --case 1,16384,128 [--repeat 2]
