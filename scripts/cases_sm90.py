@@ -174,17 +174,19 @@ def decode_spec(name: str):
                    None if interior is None else interior == "-interior")
 
 
-def combine(block_p: int, block_r: int, block_dv: int, warps: int):
+def combine(block_p: int, block_r: int, block_dv: int, warps: int, block_t: int = 0):
     """The split-KV combine of the dense decode (bf16 out, float32 partials)."""
     from pagedmla.kernels.mla_decode import _mla_decode_combine_kernel
     types = {"out_ptr": "*bf16", "lse_ptr": "*fp32", "offsets_ptr": "*i32", "schedule_ptr": "*i32",
              "sink_ptr": "*fp32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32"}
-    const = dict(BLOCK_R=block_r, BLOCK_DV=block_dv, BLOCK_P=block_p, HAS_SINK=False, PDL=True)
+    const = dict(BLOCK_R=block_r, BLOCK_DV=block_dv, BLOCK_P=block_p, HAS_SINK=False, PDL=True, BLOCK_T=block_t)
     return _mla_decode_combine_kernel, types, const, warps, 1
 
 
 CASES.update({f"combine-p{p}-r{r}-dv{d}-w{w}": partial(combine, p, r, d, w)
-              for p, r, d, w in ((4, 8, 128, 4), (2, 8, 128, 4), (2, 4, 512, 4), (1, 16, 128, 4), (64, 1, 64, 4))})
+              for p, r, d, w in ((4, 8, 128, 4), (2, 8, 128, 4), (2, 4, 512, 4), (1, 16, 128, 4), (64, 1, 64, 4),
+                                 (128, 1, 32, 1))})
+CASES["combine-p64+4-r1-dv32-w1"] = partial(combine, 64, 1, 32, 1, 4)
 
 
 def sparse_combine(block_s: int = 4, block_r: int = 4, block_dv: int = 512, warps: int = 4):

@@ -851,12 +851,14 @@ def run_launcher(pb, kv, q, cfg, *, parts=2, rope=ROPE, mask="causal", window=-1
 
 @cpu_tier
 @pytest.mark.parametrize("combine", [CombineConfig(2, 4, 32, 1), CombineConfig(1, 16, 16, 1),
-                                     CombineConfig(8, 1, 32, 1), CombineConfig(4, 2, 16, 2)],
-                         ids=["p2-r4", "p1-r16", "p8-r1", "p4-r2"])
+                                     CombineConfig(8, 1, 32, 1), CombineConfig(4, 2, 16, 2),
+                                     CombineConfig(2, 2, 16, 1, block_t=1), CombineConfig(8, 1, 32, 1, block_t=2)],
+                         ids=["p2-r4", "p1-r16", "p8-r1", "p4-r2", "p2+1-r2", "p8+2-r1"])
 @pytest.mark.parametrize("parts", [3, 11])
 def test_combine_tiles(combine, parts):
-    """The combine's tiles (pieces per step, rows, columns) merge split sequences the same way: sequences
-    split into up to `parts` pieces, an empty sequence, rows past a tile's end (6 rows of 4 heads)."""
+    """The combine's tiles (pieces per step, with a second tile of pieces or not, rows, columns) merge split
+    sequences the same way: sequences split into up to `parts` pieces, an empty sequence, rows past a tile's end
+    (6 rows of 4 heads)."""
     pb, q = batch([40, 0, 23, 60], [2, 1, 1, 1], page_size=16, seed=103)
     cfg = DecodeConfig(block_m=16, block_n=16, num_warps=1, num_stages=1)
     got, lse = run_launcher(pb, pb.kv, q, cfg, parts=parts, combine=combine)

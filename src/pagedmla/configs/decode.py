@@ -76,13 +76,15 @@ class CombineConfig:
     loaded BLOCK_P at a time, so that several loads are in flight), and warps. `pdl`: on Hopper (with
     `PROGRAMMATIC_LAUNCH`), launch it as a programmatic dependent of the decode kernel: it is scheduled as the
     decode programs exit and waits for the decode kernel's writes to be visible before reading anything (and
-    lets the next kernel, when launched the same way, be scheduled early)."""
+    lets the next kernel, when launched the same way, be scheduled early). `block_t`: a second tile of pieces
+    merged in the same step, after the first `block_p` (0: none)."""
 
     block_p: int = 8
     block_r: int = 4
     block_dv: int = 128
     num_warps: int = 4
     pdl: bool = True
+    block_t: int = 0
 
 
 @dataclass(frozen=True)
@@ -314,11 +316,12 @@ def fit_combine_grid(cfg: CombineConfig, *, max_rows: int, kv_lora_rank: int) ->
     blocks fit the grid's y dimension (calls of more than 65535 rows per sequence, e.g. hundreds of query tokens
     at 128 heads on an explicit split); pieces per step shrink by as much, so a thread holds no more values."""
     block_dv = min(cfg.block_dv, kv_lora_rank)
-    block_r, block_p = cfg.block_r, cfg.block_p
+    block_r, block_p, block_t = cfg.block_r, cfg.block_p, cfg.block_t
     if -(-max_rows // block_r) > MAX_GRID_Y:
         block_r = _pow2_at_least(-(-max_rows // MAX_GRID_Y))
         block_p = max(1, cfg.block_p * cfg.block_r // block_r)
-    return dataclasses.replace(cfg, block_p=block_p, block_r=block_r, block_dv=block_dv)
+        block_t = cfg.block_t * cfg.block_r // block_r
+    return dataclasses.replace(cfg, block_p=block_p, block_r=block_r, block_dv=block_dv, block_t=block_t)
 
 
 @functools.lru_cache(maxsize=4096)

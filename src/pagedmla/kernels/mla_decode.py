@@ -533,9 +533,11 @@ def _mla_decode_combine_kernel(
     batch, num_heads, num_workers,
     stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
     BLOCK_R: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_P: tl.constexpr, HAS_SINK: tl.constexpr,
-    PDL: tl.constexpr,
+    PDL: tl.constexpr, BLOCK_T: tl.constexpr = 0,
 ):
-    """Program (sequence b, rows block, columns block): merge the pieces of a split sequence by LSE.
+    """Program (sequence b, rows block, columns block): merge the pieces of a split sequence by LSE, BLOCK_P +
+    BLOCK_T of them a step (a second, small tile of BLOCK_T pieces after the first: 67 pieces as 64 + 4 instead
+    of one tile of 128, whose masked lanes took registers and instructions all the same).
 
     Piece 0 is the first worker's slot from the schedule, piece k > 0 is slot `2 * (first + k)` (a later worker
     starts inside b, so b is its first sequence). Sequences done by one worker were written by the main kernel.
@@ -573,13 +575,29 @@ def _mla_decode_combine_kernel(
                           + offs_m[None, :, None].to(tl.int64) * stride_po_r + offs_d[None, None, :],
                           mask=ok[:, :, None], other=0.0)  # [BLOCK_P, BLOCK_R, BLOCK_DV]
             m_new = tl.maximum(m_i, tl.max(lse_p, 0))
+            if BLOCK_T > 0:
+                piece_t = p0 + BLOCK_P + tl.arange(0, BLOCK_T)  # never piece 0
+                slot_t = (2 * (first + piece_t)).to(tl.int64)
+                ok_t = (piece_t < num_pieces)[:, None] & m_ok[None, :]
+                lse_t = tl.load(part_lse_ptr + slot_t[:, None] * stride_pl_s + offs_m[None, :], mask=ok_t,
+                                other=float("-inf"))
+                o_t = tl.load(part_out_ptr + slot_t[:, None, None] * stride_po_s
+                              + offs_m[None, :, None].to(tl.int64) * stride_po_r + offs_d[None, None, :],
+                              mask=ok_t[:, :, None], other=0.0)
+                m_new = tl.maximum(m_new, tl.max(lse_t, 0))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp(m_i - m_safe)
             weight = tl.exp(lse_p - m_safe[None, :])
-            l_i = l_i * alpha + tl.sum(weight, 0)
-            acc = acc * alpha[:, None] + tl.sum(weight[:, :, None] * o_p, 0)
+            l_step = tl.sum(weight, 0)
+            o_step = tl.sum(weight[:, :, None] * o_p, 0)
+            if BLOCK_T > 0:
+                weight_t = tl.exp(lse_t - m_safe[None, :])
+                l_step += tl.sum(weight_t, 0)
+                o_step += tl.sum(weight_t[:, :, None] * o_t, 0)
+            l_i = l_i * alpha + l_step
+            acc = acc * alpha[:, None] + o_step
             m_i = m_new
-            p0 += BLOCK_P
+            p0 += BLOCK_P + BLOCK_T
         has = l_i > 0
         lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
         inv = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)

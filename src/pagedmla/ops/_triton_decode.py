@@ -564,7 +564,7 @@ def _launch_combine(out, lse, input_row_offsets, schedule, sink, part_out, part_
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), part_out.stride(0), part_out.stride(1),
         part_lse.stride(0),
         BLOCK_R=ccfg.block_r, BLOCK_DV=ccfg.block_dv, BLOCK_P=ccfg.block_p, HAS_SINK=has_sink, PDL=pdl,
-        num_warps=ccfg.num_warps, **pdl_kwargs(pdl))
+        BLOCK_T=ccfg.block_t, num_warps=ccfg.num_warps, **pdl_kwargs(pdl))
 
 
 def decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, layer_idx: int, scale: float,
