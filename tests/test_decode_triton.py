@@ -913,18 +913,22 @@ def test_two_programs_per_sm_heuristics():
 
 def test_combine_heuristic_tiles():
     """Few pieces per sequence: 2 pieces per step over whole rows; many (B = 1): all pieces in one step, up to
-    256, one row of 32 columns, warps for about 2048 in the grid and at most 128 values per thread."""
+    256, one row of 32 columns, warps for about 2048 in the grid and at most 128 values per thread; a count just
+    past a power of two (up to 128) as that power plus a small second tile."""
     few = combine_heuristic(num_workers=128, batch=64, kv_lora_rank=512)
-    assert (few.block_p, few.block_r, few.block_dv, few.num_warps) == (2, 4, 512, 4)
-    h128 = combine_heuristic(num_workers=66, batch=1, kv_lora_rank=512, rows=128)
-    assert (h128.block_p, h128.block_r, h128.block_dv, h128.num_warps) == (128, 1, 32, 1)
+    assert (few.block_p, few.block_r, few.block_dv, few.num_warps, few.block_t) == (2, 4, 512, 4, 0)
+    h128 = combine_heuristic(num_workers=66, batch=1, kv_lora_rank=512, rows=128)  # 67 pieces
+    assert (h128.block_p, h128.block_t, h128.block_r, h128.block_dv, h128.num_warps) == (64, 4, 1, 32, 1)
     h16 = combine_heuristic(num_workers=129, batch=1, kv_lora_rank=512, rows=16)
-    assert (h16.block_p, h16.block_r, h16.block_dv, h16.num_warps) == (256, 1, 32, 4)
-    assert combine_heuristic(num_workers=33, batch=1, kv_lora_rank=512, rows=128).block_p == 64
+    assert (h16.block_p, h16.block_r, h16.block_dv, h16.num_warps, h16.block_t) == (256, 1, 32, 4, 0)
+    h128_short = combine_heuristic(num_workers=33, batch=1, kv_lora_rank=512, rows=128)  # 34 pieces
+    assert (h128_short.block_p, h128_short.block_t) == (32, 2)
+    assert combine_heuristic(num_workers=48, batch=1, kv_lora_rank=512, rows=128).block_p == 64  # 49: no tail
     assert combine_heuristic(num_workers=600, batch=1, kv_lora_rank=512, rows=128).block_p == 256
-    for workers, rows in ((600, 128), (300, 1), (66, 1), (129, 16)):
+    for workers, rows in ((600, 128), (300, 1), (66, 1), (129, 16), (33, 128)):
         cfg = combine_heuristic(num_workers=workers, batch=1, kv_lora_rank=512, rows=rows)
-        assert cfg.block_p * cfg.block_r * cfg.block_dv <= 128 * 32 * cfg.num_warps  # values per thread
+        lanes = cfg.block_p + cfg.block_t
+        assert lanes >= min(256, workers + 1) and lanes * cfg.block_r * cfg.block_dv <= 128 * 32 * cfg.num_warps
     assert combine_heuristic(num_workers=6, batch=1, kv_lora_rank=256).block_dv == 256
 
 

@@ -301,11 +301,18 @@ def combine_heuristic(*, num_workers: int, batch: int, kv_lora_rank: int, rows: 
     if pieces <= 8:
         return CombineConfig(block_p=2, block_r=4, block_dv=min(512, kv_lora_rank), num_warps=4)
     block_p = min(256, _pow2_at_least(pieces))
+    block_t = 0
+    below = block_p // 2
+    if pieces <= 128 and pieces - below <= below // 8:
+        # just past a power of two (67 pieces at batch 1 on 66 workers): that many lanes plus a small second
+        # tile, instead of twice the lanes. 128 heads B1 N16384 22.4-23.0 us a call against 23.0-23.5 with 128
+        # lanes, N4096 (34 pieces, 32 + 2) 14.9 against 15.3 (BENCHMARKS.md, twenty-seventh session)
+        block_p, block_t = below, _pow2_at_least(pieces - below)
     block_dv = min(kv_lora_rank, 32)
     programs = max(1, batch * rows * (kv_lora_rank // block_dv))
     warps = max(1, min(4, _pow2_at_least(-(-2048 // programs))))
-    warps = max(warps, block_p * block_dv // (32 * 128))
-    return CombineConfig(block_p=block_p, block_r=1, block_dv=block_dv, num_warps=warps)
+    warps = max(warps, (block_p + block_t) * block_dv // (32 * 128))
+    return CombineConfig(block_p=block_p, block_r=1, block_dv=block_dv, num_warps=warps, block_t=block_t)
 
 
 MAX_GRID_Y = 65535  # CUDA's limit on a grid's y dimension
