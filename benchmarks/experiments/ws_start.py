@@ -28,7 +28,9 @@ Twenty-seventh session (benchmarks/results/session-27/, 128 heads B1, us a call,
 - combine `discard` (d0336c4): `discard.global.L2` on the partial lines once merged (no write-back of dead
   scratch): slower, 23.3-23.8 / 16.2;
 - `--combine-tiles` (9f1e766): 128,1,64,2 23.9 / 15.7-15.8, 128,1,128,4 25.2-25.3 / 17.4, 128,2,64,4 25.1-25.2 /
-  17.0, against the heuristic's 128,1,32,1 23.4 / 14.6; 64,1,32,1 (two steps) 23.7-24.1 (65451be);
+  17.0, against the heuristic's 128,1,32,1 23.4 / 14.6; 64,1,32,1 (two steps) 23.7-24.1 (65451be); with a
+  second tile of pieces (the sixth field, `CombineConfig.block_t`; c42de38) 64,1,32,1,1,4 22.4-23.0 against
+  23.0-23.5, 32,1,32,1,1,2 at N4096 14.9 against 15.3-15.4 (the heuristic takes these since e7275a6);
 - combine `no-trigger` (2d38a47): the next kernel launched at the combine's end: 23.4-24.2 / 15.5-15.6, slower
   (B64 at 128 heads 154.5-155.1 against 155.8-156.0, 16 heads FP8 57.2-57.4 against 57.0-57.2).
 fp16 split partials (a3b4830-3876d75, since reverted; `--partials` then chose them) stored half the bytes, but
