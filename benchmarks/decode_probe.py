@@ -239,8 +239,8 @@ def main() -> None:
     parser.add_argument("--tail-cost", default="",
                         help="with --sweep: comma-separated DecodePlanConfig.tail_cost values to add (default workers)")
     parser.add_argument("--combine", action="append", default=[],
-                        help="with --profile: also profile and time these combine configs `block_p,block_r,block_dv,warps[,pdl]` "
-                             "or `default[,pdl]` (the heuristic's tiles)")
+                        help="with --profile: also profile and time these combine configs "
+                             "`block_p,block_r,block_dv,warps[,pdl[,block_t]]` or `default[,pdl]` (the heuristic's tiles)")
     parser.add_argument("--ring-plan", action="store_true",
                         help="plan every case as a big batch (`configs.decode.ring_worth_it` forced true): the "
                              "default plan then schedules the ring kernel's two workers per SM")
@@ -315,7 +315,8 @@ def main() -> None:
                                            rows=heads * q_len)
                     cc = dataclasses.replace(cc, pdl=fields[1:] != ["0"])
                 else:
-                    cc = CombineConfig(*(int(x) for x in fields[:4]), *(x != "0" for x in fields[4:]))
+                    cc = CombineConfig(*(int(x) for x in fields[:4]), *(x != "0" for x in fields[4:5]),
+                                       *(int(x) for x in fields[5:6]))
                 times = kernel_times(case.run(default_plan, None, cc))
                 us = sum(v for k, v in times.items() if "combine" in k) / case.copies
                 graph_us = _time_graph(case.run(default_plan, None, cc)) * 1e3 / case.copies

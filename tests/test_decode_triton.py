@@ -857,12 +857,70 @@ def run_launcher(pb, kv, q, cfg, *, parts=2, rope=ROPE, mask="causal", window=-1
 @pytest.mark.parametrize("parts", [3, 11])
 def test_combine_tiles(combine, parts):
     """The combine's tiles (pieces per step, with a second tile of pieces or not, rows, columns) merge split
-    sequences the same way: sequences split into up to `parts` pieces, an empty sequence, rows past a tile's end
-    (6 rows of 4 heads)."""
+    sequences the same way: plans of `parts` workers (3 leaves every sequence whole; 11 splits two of them into
+    2 and 3 pieces), an empty sequence, rows past a tile's end (6 rows of 4 heads). Many pieces and several
+    steps: `test_combine_merges_both_tiles_of_pieces`."""
     pb, q = batch([40, 0, 23, 60], [2, 1, 1, 1], page_size=16, seed=103)
     cfg = DecodeConfig(block_m=16, block_n=16, num_warps=1, num_stages=1)
     got, lse = run_launcher(pb, pb.kv, q, cfg, parts=parts, combine=combine)
     check_fp32(got, lse, *reference(pb, q))
+
+
+@cpu_tier
+@pytest.mark.parametrize("block_p,block_t,block_r", [(4, 2, 1), (2, 1, 2), (8, 4, 4), (1, 1, 1), (16, 2, 2),
+                                                     (32, 0, 2)])
+def test_combine_merges_both_tiles_of_pieces(block_p, block_t, block_r):
+    """`_mla_decode_combine_kernel` on hand-made partials, against a float64 merge: sequences of 20 and 21
+    pieces (several steps of block_p + block_t pieces, the last partly masked), piece 0 in its own slot, NaN in
+    every slot and row no piece uses, rows with -inf LSE in some pieces or in all of them, and a row whose only
+    finite pieces sit in a step's second tile with LSEs near 100 (exp overflows unless that tile's maximum
+    joins the running one)."""
+    gen = torch.Generator().manual_seed(7)
+    workers, heads, cols = 40, 3, 16
+    seqs = [(0, 19, 5), (19, 19, 39), (19, 39, 39), (39, 39, 79)]  # (first worker, last worker, piece 0's slot)
+    tokens = [2, 1, 1, 2]
+    offsets = torch.tensor([0] + list(itertools.accumulate(tokens)), dtype=torch.int32)
+    rows_cap = max(tokens) * heads
+    schedule = torch.zeros(1 + workers + len(seqs), 4, dtype=torch.int32)
+    part_out = torch.full((2 * workers, rows_cap, cols), float("nan"))
+    part_lse = torch.full((2 * workers, rows_cap), float("nan"))
+    want = torch.zeros(int(offsets[-1]), heads, cols, dtype=torch.float64)
+    want_lse = torch.zeros(int(offsets[-1]), heads, dtype=torch.float64)
+    for b, (first, last, slot0) in enumerate(seqs):
+        schedule[1 + workers + b, :3] = torch.tensor([first, last, slot0])
+        rows = tokens[b] * heads
+        slots = [slot0] + [2 * (first + k) for k in range(1, last - first + 1)]
+        for k, slot in enumerate(slots):
+            part_out[slot, :rows] = torch.randn(rows, cols, generator=gen)
+            part_lse[slot, :rows] = torch.randn(rows, generator=gen) * 3
+            if k % 3 == 2:
+                part_lse[slot, 0] = float("-inf")
+        if len(slots) > 1:
+            part_lse[slots, 1] = float("-inf")  # a row no piece saw a key for
+            tail = [k for k in range(len(slots)) if k % (block_p + block_t) >= block_p]
+            for k in range(len(slots)):  # row 2: finite only in second tiles (or nowhere without one)
+                part_lse[slots[k], 2] = 100.0 + k if k in tail else float("-inf")
+        lse = part_lse[slots, :rows].double()
+        top = lse.max(0).values
+        top = torch.where(torch.isinf(top), torch.zeros_like(top), top)
+        weight = torch.exp(lse - top)
+        total = weight.sum(0)
+        merged = (weight[:, :, None] * part_out[slots, :rows].double().nan_to_num()).sum(0)
+        merged = merged / torch.where(total > 0, total, torch.ones_like(total))[:, None]
+        r0 = int(offsets[b])
+        want[r0:r0 + tokens[b]] = merged.view(tokens[b], heads, cols)
+        want_lse[r0:r0 + tokens[b]] = torch.where(total > 0, top + torch.log(total),
+                                                  torch.full_like(total, float("-inf"))).view(tokens[b], heads)
+    out = torch.full((int(offsets[-1]), heads, cols), float("nan"))
+    lse = torch.full((int(offsets[-1]), heads), float("nan"))
+    mla_decode._mla_decode_combine_kernel[(len(seqs), triton.cdiv(rows_cap, block_r), 1)](
+        out, lse, offsets, schedule, lse, part_out, part_lse, len(seqs), heads, workers, out.stride(0),
+        out.stride(1), lse.stride(0), lse.stride(1), part_out.stride(0), part_out.stride(1), part_lse.stride(0),
+        BLOCK_R=block_r, BLOCK_DV=cols, BLOCK_P=block_p, HAS_SINK=False, PDL=False, BLOCK_T=block_t)
+    for b in (0, 2):  # the split sequences (the others are the decode kernel's to write)
+        r0, r1 = int(offsets[b]), int(offsets[b + 1])
+        assert_close(out[r0:r1].double(), want[r0:r1], atol=1e-5, rtol=1e-5)
+        assert_close(lse[r0:r1].double(), want_lse[r0:r1], atol=1e-5, rtol=1e-5, name="lse")
 
 
 def test_heuristic_unmasked_interior():
