@@ -527,6 +527,16 @@ def _mla_decode_kernel(
         b += 1
 
 
+@triton.jit
+def _partial_rows(part_out_ptr, part_lse_ptr, slot, ok, offs_m, offs_d, stride_po_s, stride_po_r, stride_pl_s):
+    """The LSEs `[P, R]` and partial rows `[P, R, DV]` of pieces in `slot` `[P]`, rows offs_m, columns offs_d
+    (where `ok` `[P, R]` is false: -inf and 0)."""
+    lse = tl.load(part_lse_ptr + slot[:, None] * stride_pl_s + offs_m[None, :], mask=ok, other=float("-inf"))
+    o = tl.load(part_out_ptr + slot[:, None, None] * stride_po_s + offs_m[None, :, None].to(tl.int64) * stride_po_r
+                + offs_d[None, None, :], mask=ok[:, :, None], other=0.0)
+    return lse, o
+
+
 @triton.jit(do_not_specialize=["batch", "num_heads", "num_workers"])
 def _mla_decode_combine_kernel(
     out_ptr, lse_ptr, offsets_ptr, schedule_ptr, sink_ptr, part_out_ptr, part_lse_ptr,
@@ -569,21 +579,15 @@ def _mla_decode_combine_kernel(
             p_ok = piece < num_pieces
             slot = tl.where(piece == 0, first_slot, 2 * (first + piece)).to(tl.int64)
             ok = p_ok[:, None] & m_ok[None, :]
-            lse_p = tl.load(part_lse_ptr + slot[:, None] * stride_pl_s + offs_m[None, :], mask=ok,
-                            other=float("-inf"))  # [BLOCK_P, BLOCK_R]
-            o_p = tl.load(part_out_ptr + slot[:, None, None] * stride_po_s
-                          + offs_m[None, :, None].to(tl.int64) * stride_po_r + offs_d[None, None, :],
-                          mask=ok[:, :, None], other=0.0)  # [BLOCK_P, BLOCK_R, BLOCK_DV]
+            lse_p, o_p = _partial_rows(part_out_ptr, part_lse_ptr, slot, ok, offs_m, offs_d, stride_po_s,
+                                       stride_po_r, stride_pl_s)
             m_new = tl.maximum(m_i, tl.max(lse_p, 0))
             if BLOCK_T > 0:
                 piece_t = p0 + BLOCK_P + tl.arange(0, BLOCK_T)  # never piece 0
                 slot_t = (2 * (first + piece_t)).to(tl.int64)
                 ok_t = (piece_t < num_pieces)[:, None] & m_ok[None, :]
-                lse_t = tl.load(part_lse_ptr + slot_t[:, None] * stride_pl_s + offs_m[None, :], mask=ok_t,
-                                other=float("-inf"))
-                o_t = tl.load(part_out_ptr + slot_t[:, None, None] * stride_po_s
-                              + offs_m[None, :, None].to(tl.int64) * stride_po_r + offs_d[None, None, :],
-                              mask=ok_t[:, :, None], other=0.0)
+                lse_t, o_t = _partial_rows(part_out_ptr, part_lse_ptr, slot_t, ok_t, offs_m, offs_d, stride_po_s,
+                                           stride_po_r, stride_pl_s)
                 m_new = tl.maximum(m_new, tl.max(lse_t, 0))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp(m_i - m_safe)
