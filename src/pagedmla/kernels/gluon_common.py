@@ -38,6 +38,50 @@ def wait_for_prior_grid(i):
 
 
 @gluon.jit
+def bulk_stores_complete(i):
+    """Wait until this thread's TMA (bulk) stores have written global memory, not only read their shared tiles
+    (`tma.store_wait` waits for the reads), and order them before its later generic accesses; then a release
+    (`grid_barrier`) publishes them to other programs. `i`: any int32 scalar."""
+    gl.inline_asm_elementwise("cp.async.bulk.wait_group 0; fence.proxy.async.global; mov.b32 $0, $1;", "=r,r", [i],
+                              dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def grid_barrier(sync_ptr, arrivals):
+    """Wait until `arrivals` 4-warp partitions of the grid have called this (each arrives once, by its thread with
+    tid % 128 == 0). What a partition's threads wrote before the call is visible to every thread of the grid
+    after it (TMA stores once `bulk_stores_complete`). `sync_ptr`: int32 `[2]` in global memory, an arrival count
+    (0 between barriers) and a generation: every thread reads the generation before its partition arrives, the
+    last arrival sets the count back to 0 and then bumps the generation, which releases the others. So the two
+    words serve the next barrier as they are (the next call, a CUDA graph's replay) without a memset. Spins: every
+    program of the grid must be resident at once (a cooperative launch), or this never returns."""
+    gen = gl.inline_asm_elementwise("ld.acquire.gpu.global.u32 $0, [$1];", "=r,l", [sync_ptr + 1], dtype=gl.int32,
+                                    is_pure=False, pack=1)
+    gl.thread_barrier()  # the partition's threads all read the generation before it arrives
+    gl.inline_asm_elementwise(
+        """{
+        .reg .pred p;
+        .reg .u32 t, old, cur;
+        mov.u32 t, %tid.x;
+        and.b32 t, t, 127;
+        setp.ne.u32 p, t, 0;
+        @p bra DONE;
+        atom.add.acq_rel.gpu.global.u32 old, [$1], 1;
+        setp.ne.u32 p, old, $3;
+        @p bra SPIN;
+        st.relaxed.gpu.global.u32 [$1], 0;
+        red.release.gpu.global.add.u32 [$1+4], 1;
+        SPIN:
+        ld.acquire.gpu.global.u32 cur, [$1+4];
+        setp.eq.u32 p, cur, $2;
+        @p bra SPIN;
+        DONE:
+        mov.b32 $0, $2;
+        }""", "=r,l,r,r", [sync_ptr, gen, arrivals - 1], dtype=gl.int32, is_pure=False, pack=1)
+    gl.thread_barrier()  # the other threads wait for the one that saw the release (its acquire orders their reads)
+
+
+@gluon.jit
 def visible_range(q_pos, num_keys, mask_code, window):
     """Visible keys `[lo, hi)` of queries at absolute positions `q_pos` (a scalar or a vector) among `num_keys`
     keys, per `pagedmla.masks` (`pagedmla.kernels.common.visible_range` in Triton); both grow with q_pos."""

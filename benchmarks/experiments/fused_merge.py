@@ -1,0 +1,100 @@
+"""The 64-row Gluon decode with its merge inside the kernel (`kernels.mla_decode_ws`, FUSED: a grid-wide barrier,
+then every program merges a share of the split sequences' rows; no combine kernel) against the kernel and its
+combine, in one process: outputs and LSEs against each other and against the float32 reference, then CUDA-graph
+replays of back-to-back calls (decode_probe's cases: bf16 cache, one token, causal), fused and not, alternating.
+
+    PYTHONPATH=src:benchmarks python3 benchmarks/experiments/fused_merge.py --case 1,16384,128 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from decode_probe import Case, _time_graph
+
+from pagedmla.configs import decode as decode_configs
+from pagedmla.ops import _triton_decode
+
+
+def _run(case: Case, plan, fused: bool):
+    """decode_probe's `Case.run` with the plan's barrier words when `fused` (FUSED_MERGE_MAX_BATCH set to cover the
+    batch), without them otherwise."""
+    sync = _triton_decode.grid_sync_words(plan.scalar_args) if fused else None
+
+    def fn():
+        for kv, q, out, lse in case.items:
+            _triton_decode.launch_decode(q, case.offsets, kv.blocks, kv.cache_lengths, kv.lookup_table, 0, 0.1352, 1,
+                                         0, out, lse, plan.schedule, max_seq_length=case.q_len, qk_rope_head_dim=64,
+                                         grid_sync=sync)
+    return fn
+
+
+def _reference(case: Case, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 output and LSE of copy i, every sequence (causal, one token each)."""
+    kv, q, _, _ = case.items[i]
+    outs, lses = [], []
+    for b in range(case.batch):
+        rows = kv.blocks[kv.lookup_table[b].long()].float()[:, 0, 0].reshape(-1, 576)[: case.keys]
+        logits = 0.1352 * torch.einsum("hd,nd->hn", q[b].float(), rows)
+        outs.append(torch.softmax(logits, -1) @ rows[:, :512])
+        lses.append(torch.logsumexp(logits, -1))
+    return torch.stack(outs), torch.stack(lses)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", action="append", default=[], help="B,N,H")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    saved = decode_configs.FUSED_MERGE_MAX_BATCH
+    try:
+        for text in args.case or ["1,16384,128"]:
+            b, n, heads = (int(x) for x in text.split(","))
+            decode_configs.FUSED_MERGE_MAX_BATCH = b
+            case = Case(b, n, heads, 1)
+            plan = case.plan()
+            results = {}
+            for fused in (False, True):
+                for _, _, out, lse in case.items:
+                    out.fill_(float("nan"))
+                    lse.fill_(float("nan"))
+                _run(case, plan, fused)()
+                torch.cuda.synchronize()
+                results[fused] = [(out.float().clone(), lse.clone()) for _, _, out, lse in case.items]
+            worst = 0.0
+            for i in range(case.copies):
+                want_out, want_lse = _reference(case, i)
+                for fused in (False, True):
+                    got_out, got_lse = results[fused][i]
+                    err = float((got_out.view_as(want_out) - want_out).abs().max())
+                    lse_err = float((got_lse.view_as(want_lse) - want_lse).abs().max())
+                    worst = max(worst, err)
+                    if i == 0:
+                        print(f"H{heads} B{b} N{n} fused={fused}: max |out - ref| {err:.2e}, max |lse - ref| "
+                              f"{lse_err:.2e}", flush=True)
+                d_out = float((results[True][i][0] - results[False][i][0]).abs().max())
+                d_lse = float((results[True][i][1] - results[False][i][1]).abs().max())
+                if i == 0:
+                    print(f"  fused vs combine: max |out diff| {d_out:.2e}, max |lse diff| {d_lse:.2e}", flush=True)
+            print(f"  worst over {case.copies} copies: {worst:.2e}", flush=True)
+            for _ in range(args.repeat):
+                for fused in (False, True):
+                    us = _time_graph(_run(case, plan, fused)) * 1e3 / case.copies
+                    print(f"H{heads} B{b} N{n} W{plan.num_partitions} fused={fused}: {us:.1f} us", flush=True)
+            # after hundreds of graph replays the barrier words must be back at 0 arrivals and the outputs unchanged
+            torch.cuda.synchronize()
+            print(f"  barrier words after replays: {plan.scalar_args[4:6].tolist()}", flush=True)
+            _run(case, plan, True)()
+            again = float((case.items[0][2].float() - results[True][0][0]).abs().max())
+            print(f"  fused output after replays vs first call: {again:.2e}", flush=True)
+    finally:
+        decode_configs.FUSED_MERGE_MAX_BATCH = saved
+
+
+if __name__ == "__main__":
+    main()
