@@ -16,6 +16,7 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from decode_probe import Case, _time_graph
+from stamped_kernels import SourcePatch, load_patched
 
 from pagedmla.configs import decode as decode_configs
 from pagedmla.ops import _triton_decode
@@ -34,6 +35,47 @@ def _run(case: Case, plan, fused: bool):
     return fn
 
 
+MERGE_CALL = "        _merge_split_sequences(C, gl.program_id(0), num_programs,"
+BARRIER_CALL = "        grid_barrier(sync_ptr, 2 * num_programs)\n"
+
+
+def _patched(name: str):
+    """`_mla_decode_ws_kernel` with part of the fused path taken out (bounds: the outputs are then wrong):
+    `no-merge` passes the barrier and merges nothing; `no-barrier` merges without waiting for the other programs'
+    partials."""
+    import pagedmla.kernels.mla_decode_ws as ws
+    patch = SourcePatch(pathlib.Path(ws.__file__).read_text())
+    patch.sub("from .gluon_common ", "from pagedmla.kernels.gluon_common ")
+    if name == "no-merge":
+        patch.sub(MERGE_CALL, "        if False:\n    " + MERGE_CALL)
+    elif name == "no-barrier":
+        patch.sub(BARRIER_CALL, "")
+    return load_patched(f"fused_merge_{name.replace('-', '_')}", patch.src)._mla_decode_ws_kernel
+
+
+class _Launch:
+    """A kernel whose launches drop some keyword arguments (`launch_cooperative_grid`, `launch_pdl`)."""
+
+    def __init__(self, kernel, drop: tuple[str, ...]):
+        self.kernel, self.drop = kernel, drop
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            return self.kernel[grid](*args, **{k: v for k, v in kwargs.items() if k not in self.drop})
+        return launch
+
+
+# variant: (kernel patch or None, launch keywords dropped)
+VARIANTS = {
+    "coop": (None, ()),
+    "no-coop": (None, ("launch_cooperative_grid",)),
+    "coop-no-pdl": (None, ("launch_pdl",)),
+    "no-merge": ("no-merge", ()),
+    "no-merge-no-coop": ("no-merge", ("launch_cooperative_grid",)),
+    "no-barrier": ("no-barrier", ()),
+}
+
+
 def _reference(case: Case, i: int) -> tuple[torch.Tensor, torch.Tensor]:
     """float32 output and LSE of copy i, every sequence (causal, one token each)."""
     kv, q, _, _ = case.items[i]
@@ -50,7 +92,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", default=[], help="B,N,H")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--variants", nargs="*", default=["coop"], choices=sorted(VARIANTS),
+                        help="fused kernels timed besides the kernel + combine (`coop`: as shipped)")
     args = parser.parse_args()
+    shipped = _triton_decode._mla_decode_ws_kernel
+    kernels = {}
+    for name in args.variants:
+        patch, drop = VARIANTS[name]
+        kernel = _patched(patch) if patch else shipped
+        kernels[name] = _Launch(kernel, drop) if drop else kernel
     saved = decode_configs.FUSED_MERGE_MAX_BATCH
     try:
         for text in args.case or ["1,16384,128"]:
@@ -83,9 +133,15 @@ def main() -> None:
                     print(f"  fused vs combine: max |out diff| {d_out:.2e}, max |lse diff| {d_lse:.2e}", flush=True)
             print(f"  worst over {case.copies} copies: {worst:.2e}", flush=True)
             for _ in range(args.repeat):
-                for fused in (False, True):
-                    us = _time_graph(_run(case, plan, fused)) * 1e3 / case.copies
-                    print(f"H{heads} B{b} N{n} W{plan.num_partitions} fused={fused}: {us:.1f} us", flush=True)
+                us = _time_graph(_run(case, plan, False)) * 1e3 / case.copies
+                print(f"H{heads} B{b} N{n} W{plan.num_partitions} kernel + combine: {us:.1f} us", flush=True)
+                for name, kernel in kernels.items():
+                    _triton_decode._mla_decode_ws_kernel = kernel
+                    try:
+                        us = _time_graph(_run(case, plan, True)) * 1e3 / case.copies
+                    finally:
+                        _triton_decode._mla_decode_ws_kernel = shipped
+                    print(f"H{heads} B{b} N{n} W{plan.num_partitions} fused {name}: {us:.1f} us", flush=True)
             # after hundreds of graph replays the barrier words must be back at 0 arrivals and the outputs unchanged
             torch.cuda.synchronize()
             print(f"  barrier words after replays: {plan.scalar_args[4:6].tolist()}", flush=True)
