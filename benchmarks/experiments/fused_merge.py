@@ -16,7 +16,7 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from decode_probe import Case, _time_graph
-from stamped_kernels import SourcePatch, load_patched
+from stamped_kernels import SourcePatch, load_patched, pct, replay_stamped, stamp_helper
 
 from pagedmla.configs import decode as decode_configs
 from pagedmla.ops import _triton_decode
@@ -50,7 +50,49 @@ def _patched(name: str):
         patch.sub(MERGE_CALL, "        if False:\n    " + MERGE_CALL)
     elif name == "no-barrier":
         patch.sub(BARRIER_CALL, "")
+    elif name.startswith("p"):
+        patch.sub("MERGE_P = gl.constexpr(32)", f"MERGE_P = gl.constexpr({int(name[1:])})")
+    elif name == "stamps":
+        _add_stamps(patch)
     return load_patched(f"fused_merge_{name.replace('-', '_')}", patch.src)._mla_decode_ws_kernel
+
+
+# stamps (int64 slots of a program's row): consumer C's key loop done (C), its TMA stores complete (2 + C), the
+# barrier passed (4 + C), its merge done (6 + C); consumer 0 past its wait for the previous kernel (8); the SM (9)
+STAMPS = ["loop_end", "stores_done", "barrier_passed", "merge_done"]
+WIDTH = 10
+
+
+def _add_stamps(patch: SourcePatch) -> None:
+    sub = patch.sub
+    sub("\n\n@gluon.jit\ndef _visible(", stamp_helper(WIDTH, 9, "gl.program_id(0)") + "\n\n@gluon.jit\ndef _visible(")
+    sub("out_desc, po_desc, sync_ptr,\n", "out_desc, po_desc, sync_ptr, stamps_ptr,\n")
+    sub("TMA_OUT: gl.constexpr, FUSED: gl.constexpr):", "TMA_OUT: gl.constexpr, FUSED: gl.constexpr, stamps_ptr):")
+    sub("HAS_SINK, TMA_OUT, FUSED)),", "HAS_SINK, TMA_OUT, FUSED, stamps_ptr)),", count=2)
+    sub("    wait_for_prior_grid(w)\n", "    wait_for_prior_grid(w)\n    if C == 0:\n        _stamp(stamps_ptr, 8)\n")
+    sub("        bulk_stores_complete(w)\n",
+        "        _stamp(stamps_ptr, C)\n        bulk_stores_complete(w)\n        _stamp(stamps_ptr, 2 + C)\n")
+    sub(BARRIER_CALL, BARRIER_CALL + "        _stamp(stamps_ptr, 4 + C)\n")
+    sub("                               HAS_SINK)\n", "                               HAS_SINK)\n        _stamp(stamps_ptr, 6 + C)\n")
+
+
+def timeline(case: Case, plan, calls: int) -> None:
+    """Print the stamps of two middle calls of a graph of back-to-back fused calls: percentiles over the programs,
+    in us after the call's first program passed its wait for the previous kernel."""
+    programs = plan.num_partitions * ((case.heads * case.q_len + 63) // 64)
+    stamps = torch.zeros(calls, programs, WIDTH, dtype=torch.int64, device="cuda")
+    case.run = lambda plan_, config: _run(case, plan_, True)
+    used = replay_stamped(case, plan, "_mla_decode_ws_kernel", _patched("stamps"), stamps, 16, calls)
+    for k in (used // 2, used // 2 + 1):
+        s = stamps[k].cpu()
+        t0 = int(s[:, 8].min())
+        print(f"  call {k}: {programs} programs", flush=True)
+        for i, name in enumerate(STAMPS):
+            for c in (0, 1):
+                print(f"    {name} c{c}: {pct(s[:, 2 * i + c] - t0)}", flush=True)
+        last = int(s[:, 6:8].max())
+        print(f"    call {round((last - t0) / 1000, 2)} us; to the next call's first wait "
+              f"{round((int(stamps[k + 1, :, 8].min()) - last) / 1000, 2)} us", flush=True)
 
 
 class _Launch:
@@ -73,6 +115,8 @@ VARIANTS = {
     "no-merge": ("no-merge", ()),
     "no-merge-no-coop": ("no-merge", ("launch_cooperative_grid",)),
     "no-barrier": ("no-barrier", ()),
+    "p16": ("p16", ()),
+    "p64": ("p64", ()),
 }
 
 
@@ -94,6 +138,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--variants", nargs="*", default=["coop"], choices=sorted(VARIANTS),
                         help="fused kernels timed besides the kernel + combine (`coop`: as shipped)")
+    parser.add_argument("--timeline", action="store_true", help="also print the fused kernel's stamps")
     args = parser.parse_args()
     shipped = _triton_decode._mla_decode_ws_kernel
     kernels = {}
@@ -142,6 +187,8 @@ def main() -> None:
                     finally:
                         _triton_decode._mla_decode_ws_kernel = shipped
                     print(f"H{heads} B{b} N{n} W{plan.num_partitions} fused {name}: {us:.1f} us", flush=True)
+            if args.timeline:
+                timeline(case, plan, 4 * len(case.items))
             # after hundreds of graph replays the barrier words must be back at 0 arrivals and the outputs unchanged
             torch.cuda.synchronize()
             print(f"  barrier words after replays: {plan.scalar_args[4:6].tolist()}", flush=True)
