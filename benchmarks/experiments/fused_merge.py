@@ -41,13 +41,16 @@ BARRIER_CALL = "        grid_barrier(sync_ptr, 2 * num_programs)\n"
 
 def _patched(name: str):
     """`_mla_decode_ws_kernel` with part of the fused path taken out (bounds: the outputs are then wrong):
-    `no-merge` passes the barrier and merges nothing; `no-barrier` merges without waiting for the other programs'
+    `no-merge` passes the barrier and merges nothing; `dead-merge` the same with the merge still compiled (behind
+    a test that fails at run time: what its code costs the rest of the kernel); `no-barrier` merges without waiting for the other programs'
     partials."""
     import pagedmla.kernels.mla_decode_ws as ws
     patch = SourcePatch(pathlib.Path(ws.__file__).read_text())
     patch.sub("from .gluon_common ", "from pagedmla.kernels.gluon_common ")
     if name == "no-merge":
         patch.sub(MERGE_CALL, "        if False:\n    " + MERGE_CALL)
+    elif name == "dead-merge":
+        patch.sub(MERGE_CALL, "        if batch < 0:\n    " + MERGE_CALL)
     elif name == "no-barrier":
         patch.sub(BARRIER_CALL, "")
     elif name.startswith("p"):
@@ -115,6 +118,7 @@ VARIANTS = {
     "no-merge": ("no-merge", ()),
     "no-merge-no-coop": ("no-merge", ("launch_cooperative_grid",)),
     "no-barrier": ("no-barrier", ()),
+    "dead-merge": ("dead-merge", ()),
     "p16": ("p16", ()),
     "p64": ("p64", ()),
 }
@@ -189,9 +193,9 @@ def main() -> None:
                     print(f"H{heads} B{b} N{n} W{plan.num_partitions} fused {name}: {us:.1f} us", flush=True)
             if args.timeline:
                 timeline(case, plan, 4 * len(case.items))
-            # after hundreds of graph replays the barrier words must be back at 0 arrivals and the outputs unchanged
+            # after hundreds of graph replays the barrier word must be back at 0 and the outputs unchanged
             torch.cuda.synchronize()
-            print(f"  barrier words after replays: {plan.scalar_args[4:6].tolist()}", flush=True)
+            print(f"  barrier word after replays: {plan.scalar_args[4].item()}", flush=True)
             _run(case, plan, True)()
             again = float((case.items[0][2].float() - results[True][0][0]).abs().max())
             print(f"  fused output after replays vs first call: {again:.2e}", flush=True)

@@ -50,35 +50,34 @@ def bulk_stores_complete(i):
 def grid_barrier(sync_ptr, arrivals):
     """Wait until `arrivals` 4-warp partitions of the grid have called this (each arrives once, by its thread with
     tid % 128 == 0). What a partition's threads wrote before the call is visible to every thread of the grid
-    after it (TMA stores once `bulk_stores_complete`). `sync_ptr`: int32 `[2]` in global memory, an arrival count
-    (0 between barriers) and a generation: every thread reads the generation before its partition arrives, the
-    last arrival sets the count back to 0 and then bumps the generation, which releases the others. So the two
-    words serve the next barrier as they are (the next call, a CUDA graph's replay) without a memset. Spins: every
-    program of the grid must be resident at once (a cooperative launch), or this never returns."""
-    gen = gl.inline_asm_elementwise("ld.acquire.gpu.global.u32 $0, [$1];", "=r,l", [sync_ptr + 1], dtype=gl.int32,
-                                    is_pure=False, pack=1)
-    gl.thread_barrier()  # the partition's threads all read the generation before it arrives
+    after it (TMA stores once `bulk_stores_complete`). `sync_ptr`: an int32 word in global memory, 0 between
+    barriers: each arrival increments it with a wrap at `arrivals` (`atom.inc`), so the last one sets it back
+    to 0, which releases the others (they poll for 0: nothing else writes the word until every program has
+    passed, since the next barrier on it is the next call's) and leaves it ready for the next call or a CUDA
+    graph's replay without a memset. Spins: every program of the grid must be resident at once (a cooperative
+    launch), or this never returns."""
+    gl.thread_barrier()  # the partition's writes are done before it arrives
     gl.inline_asm_elementwise(
         """{
         .reg .pred p;
-        .reg .u32 t, old, cur;
+        .reg .u32 t, old;
         mov.u32 t, %tid.x;
         and.b32 t, t, 127;
         setp.ne.u32 p, t, 0;
         @p bra DONE;
-        atom.add.acq_rel.gpu.global.u32 old, [$1], 1;
-        setp.ne.u32 p, old, $3;
-        @p bra SPIN;
-        st.relaxed.gpu.global.u32 [$1], 0;
-        red.release.gpu.global.add.u32 [$1+4], 1;
+        atom.inc.acq_rel.gpu.global.u32 old, [$1], $2;
+        setp.eq.u32 p, old, $2;
+        @p bra DONE;
         SPIN:
-        ld.acquire.gpu.global.u32 cur, [$1+4];
-        setp.eq.u32 p, cur, $2;
+        ld.acquire.gpu.global.u32 old, [$1];
+        setp.ne.u32 p, old, 0;
         @p bra SPIN;
         DONE:
         mov.b32 $0, $2;
-        }""", "=r,l,r,r", [sync_ptr, gen, arrivals - 1], dtype=gl.int32, is_pure=False, pack=1)
-    gl.thread_barrier()  # the other threads wait for the one that saw the release (its acquire orders their reads)
+        }""", "=r,l,r", [sync_ptr, arrivals - 1], dtype=gl.int32, is_pure=False, pack=1)
+    # the other threads wait for the one that saw the release: its acquire (which also drops the SM's L1 lines)
+    # orders their later reads
+    gl.thread_barrier()
 
 
 @gluon.jit

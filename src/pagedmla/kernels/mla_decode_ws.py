@@ -455,8 +455,8 @@ def _merge_split_sequences(C: gl.constexpr, pid, num_programs, batch, num_heads,
     """The merge of `_mla_decode_combine_kernel`, inside the decode kernel (FUSED, after `grid_barrier`): the
     query rows of every split sequence are dealt round robin over the grid's programs (a sequence's first row
     goes to the program after the one that took the previous split sequence's last), and consumer C of the
-    program merges columns [256 C, 256 C + 256) of its rows by LSE, MERGE_P pieces a step: the partial rows are
-    read from L2 (`.cg`: lines an earlier call left in this SM's L1 would be stale)."""
+    program merges columns [256 C, 256 C + 256) of its rows by LSE, MERGE_P pieces a step. Plain loads: the
+    barrier's acquire dropped the SM's L1 lines."""
     layout: gl.constexpr = gl.BlockedLayout([MERGE_P, 2], [1, 32], [1, 4], [1, 0])
     piece_layout: gl.constexpr = gl.SliceLayout(1, layout)
     col_layout: gl.constexpr = gl.SliceLayout(0, layout)
@@ -479,10 +479,9 @@ def _merge_split_sequences(C: gl.constexpr, pid, num_programs, batch, num_heads,
                     piece = p0 + offs_p
                     ok = piece < num_pieces
                     slot = gl.where(piece == 0, first_slot, 2 * (first + piece)).to(gl.int64)
-                    lse_p = gl.load(part_lse_ptr + slot * stride_pl_s + r, mask=ok, other=float("-inf"),
-                                    cache_modifier=".cg")
+                    lse_p = gl.load(part_lse_ptr + slot * stride_pl_s + r, mask=ok, other=float("-inf"))
                     o_p = gl.load(part_out_ptr + (slot * stride_po_s + r * stride_po_r)[:, None] + d[None, :],
-                                  mask=ok[:, None], other=0.0, cache_modifier=".cg")
+                                  mask=ok[:, None], other=0.0)
                     m_new = gl.maximum(m_i, gl.max(lse_p, axis=0))
                     m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
                     weight = gl.exp(lse_p - m_safe)

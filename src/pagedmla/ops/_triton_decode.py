@@ -142,7 +142,8 @@ def plan(input_row_offsets, kv_collection, num_heads: int, num_partitions: int |
                       ws16=ws16)
     schedule = torch.empty((1 + cfg.num_workers + batch, 4), dtype=torch.int32, device=device)
     fill_schedule(schedule, input_row_offsets, kv_collection.cache_lengths, cfg)
-    # MAX's four scalars, then the two words of the fused decode's grid barrier (`fused_merge`; 0 between calls)
+    # MAX's four scalars, then the word of the fused decode's grid barrier (`fused_merge`; 0 between calls) and
+    # three spare ones
     args = torch.tensor([batch, max_q, cfg.num_workers, max_keys, 0, 0, 0, 0], dtype=torch.int32, device=device)
     return DecodePlan(args, batch, max_q, cfg.num_workers, schedule, "triton", cfg.granularity, num_heads,
                       pieces_are_long(batch, max_keys, cfg.num_workers))
@@ -312,11 +313,11 @@ def decode_ws_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx
 
 
 def grid_sync_words(plan_args):
-    """The two int32 words of a Triton plan's `scalar_args` that the fused decode uses as its grid barrier (None for
-    a plan without them: one built by the reference backend or by hand)."""
-    if plan_args is None or plan_args.dim() != 1 or plan_args.numel() < 6 or plan_args.dtype != torch.int32:
+    """The int32 word of a Triton plan's `scalar_args` (its fifth) that the fused decode uses as its grid barrier
+    (None for a plan without it: one built by the reference backend or by hand)."""
+    if plan_args is None or plan_args.dim() != 1 or plan_args.numel() < 5 or plan_args.dtype != torch.int32:
         return None
-    return plan_args[4:6]
+    return plan_args[4:5]
 
 
 def fused_merge(*, grid_sync, batch: int, num_workers: int, num_tiles: int, device: torch.device) -> bool:
