@@ -119,6 +119,7 @@ VARIANTS = {
     "no-merge-no-coop": ("no-merge", ("launch_cooperative_grid",)),
     "no-barrier": ("no-barrier", ()),
     "dead-merge": ("dead-merge", ()),
+    "p8": ("p8", ()),
     "p16": ("p16", ()),
     "p64": ("p64", ()),
 }
@@ -143,6 +144,8 @@ def main() -> None:
     parser.add_argument("--variants", nargs="*", default=["coop"], choices=sorted(VARIANTS),
                         help="fused kernels timed besides the kernel + combine (`coop`: as shipped)")
     parser.add_argument("--timeline", action="store_true", help="also print the fused kernel's stamps")
+    parser.add_argument("--kernel-only", action="store_true",
+                        help="also time the kernel without the combine and without the fused path (a bound)")
     args = parser.parse_args()
     shipped = _triton_decode._mla_decode_ws_kernel
     kernels = {}
@@ -184,6 +187,15 @@ def main() -> None:
             for _ in range(args.repeat):
                 us = _time_graph(_run(case, plan, False)) * 1e3 / case.copies
                 print(f"H{heads} B{b} N{n} W{plan.num_partitions} kernel + combine: {us:.1f} us", flush=True)
+                if args.kernel_only:
+                    launch_combine = _triton_decode._launch_combine
+                    _triton_decode._launch_combine = lambda *a, **k: None
+                    try:
+                        us = _time_graph(_run(case, plan, False)) * 1e3 / case.copies
+                    finally:
+                        _triton_decode._launch_combine = launch_combine
+                    print(f"H{heads} B{b} N{n} W{plan.num_partitions} kernel alone (no combine, no barrier): "
+                          f"{us:.1f} us", flush=True)
                 for name, kernel in kernels.items():
                     _triton_decode._mla_decode_ws_kernel = kernel
                     try:
