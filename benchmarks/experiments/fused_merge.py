@@ -117,6 +117,7 @@ VARIANTS = {
     "coop-no-pdl": (None, ("launch_pdl",)),
     "no-merge": ("no-merge", ()),
     "no-merge-no-coop": ("no-merge", ("launch_cooperative_grid",)),
+    "no-merge-no-pdl": ("no-merge", ("launch_pdl",)),
     "no-barrier": ("no-barrier", ()),
     "dead-merge": ("dead-merge", ()),
     "p8": ("p8", ()),
@@ -192,10 +193,13 @@ def main() -> None:
                     _triton_decode._launch_combine = lambda *a, **k: None
                     try:
                         us = _time_graph(_run(case, plan, False)) * 1e3 / case.copies
+                        _triton_decode._mla_decode_ws_kernel = _Launch(shipped, ("launch_pdl",))
+                        us_plain = _time_graph(_run(case, plan, False)) * 1e3 / case.copies
                     finally:
                         _triton_decode._launch_combine = launch_combine
+                        _triton_decode._mla_decode_ws_kernel = shipped
                     print(f"H{heads} B{b} N{n} W{plan.num_partitions} kernel alone (no combine, no barrier): "
-                          f"{us:.1f} us", flush=True)
+                          f"{us:.1f} us, without PDL {us_plain:.1f} us", flush=True)
                 for name, kernel in kernels.items():
                     _triton_decode._mla_decode_ws_kernel = kernel
                     try:
