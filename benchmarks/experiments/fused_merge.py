@@ -53,6 +53,8 @@ def _patched(name: str):
         patch.sub(MERGE_CALL, "        if batch < 0:\n    " + MERGE_CALL)
     elif name == "no-barrier":
         patch.sub(BARRIER_CALL, "")
+    elif name.startswith(("sleep", "relaxed")):
+        _patch_spin(patch, name)
     elif name.startswith("p"):
         patch.sub("MERGE_P = gl.constexpr(32)", f"MERGE_P = gl.constexpr({int(name[1:])})")
     elif name == "stamps":
@@ -98,6 +100,29 @@ def timeline(case: Case, plan, calls: int) -> None:
               f"{round((int(stamps[k + 1, :, 8].min()) - last) / 1000, 2)} us", flush=True)
 
 
+SPIN = """        SPIN:
+        ld.acquire.gpu.global.u32 old, [$1];
+        setp.ne.u32 p, old, 0;
+        @p bra SPIN;
+        DONE:"""
+
+
+def _patch_spin(patch: SourcePatch, name: str) -> None:
+    """`grid_barrier` (in a patched copy of gluon_common, imported by the patched kernel) polling with a pause
+    (`sleep<ns>`) or with relaxed loads and one acquire fence at the end (`relaxed`, `relaxed-sleep<ns>`)."""
+    import pagedmla.kernels.gluon_common as common
+    cpatch = SourcePatch(pathlib.Path(common.__file__).read_text())
+    ns = name.rsplit("sleep", 1)[1] if "sleep" in name else ""
+    load = "ld.relaxed.gpu.global.u32" if name.startswith("relaxed") else "ld.acquire.gpu.global.u32"
+    pause = f"        nanosleep.u32 {ns};\n" if ns else ""
+    tail = "        fence.acq_rel.gpu;\n" if name.startswith("relaxed") else ""
+    cpatch.sub(SPIN, f"        SPIN:\n{pause}        {load} old, [$1];\n        setp.ne.u32 p, old, 0;\n"
+                     f"        @p bra SPIN;\n{tail}        DONE:")
+    module = load_patched(f"gluon_common_{name.replace('-', '_')}", cpatch.src)
+    patch.sub("from pagedmla.kernels.gluon_common ", f"from {module.__name__} ")
+    patch.sub(MERGE_CALL, "        if False:\n    " + MERGE_CALL)
+
+
 class _Launch:
     """A kernel whose launches drop some keyword arguments (`launch_cooperative_grid`, `launch_pdl`)."""
 
@@ -120,6 +145,10 @@ VARIANTS = {
     "no-merge-no-pdl": ("no-merge", ("launch_pdl",)),
     "no-barrier": ("no-barrier", ()),
     "dead-merge": ("dead-merge", ()),
+    "sleep100": ("sleep100", ()),
+    "sleep500": ("sleep500", ()),
+    "relaxed": ("relaxed", ()),
+    "relaxed-sleep100": ("relaxed-sleep100", ()),
     "p8": ("p8", ()),
     "p16": ("p16", ()),
     "p64": ("p64", ()),
