@@ -37,6 +37,7 @@ def _run(case: Case, plan, fused: bool):
 
 MERGE_CALL = "        _merge_split_sequences(C, gl.program_id(0), num_programs,"
 BARRIER_CALL = "        grid_barrier(sync_ptr, 2 * num_programs)\n"
+COMPLETE_CALL = "        bulk_stores_complete(w)\n"
 
 
 def _patched(name: str):
@@ -53,6 +54,12 @@ def _patched(name: str):
         patch.sub(MERGE_CALL, "        if batch < 0:\n    " + MERGE_CALL)
     elif name == "no-barrier":
         patch.sub(BARRIER_CALL, "")
+    elif name == "no-complete":
+        patch.sub(COMPLETE_CALL, "")
+        patch.sub(MERGE_CALL, "        if False:\n    " + MERGE_CALL)
+    elif name == "complete-only":
+        patch.sub(BARRIER_CALL, "")
+        patch.sub(MERGE_CALL, "        if False:\n    " + MERGE_CALL)
     elif name.startswith(("sleep", "relaxed")):
         _patch_spin(patch, name)
     elif name.startswith("p"):
@@ -145,6 +152,8 @@ VARIANTS = {
     "no-merge-no-pdl": ("no-merge", ("launch_pdl",)),
     "no-barrier": ("no-barrier", ()),
     "dead-merge": ("dead-merge", ()),
+    "no-complete": ("no-complete", ()),
+    "complete-only": ("complete-only", ()),
     "sleep100": ("sleep100", ()),
     "sleep500": ("sleep500", ()),
     "relaxed": ("relaxed", ()),
