@@ -278,7 +278,7 @@ def prefill_ws(block_n: int, stages: int):
 CASES.update({"prefill-ws": partial(prefill_ws, 128, 2), "prefill-ws-n64-s3": partial(prefill_ws, 64, 3)})
 
 
-def decode_ws(tma_out: bool = True, fused: bool = False):
+def decode_ws(tma_out: bool = True):
     """The warp-specialized Gluon decode (`kernels.mla_decode_ws`) with the descriptors its launcher builds
     for DeepSeek's dims (128 heads, a 64-slot page cache of 2 layers)."""
     import torch
@@ -304,13 +304,12 @@ def decode_ws(tma_out: bool = True, fused: bool = False):
              "po_desc": desc(part, [64, 64])}
     types = {name: mangle_type(d) for name, d in descs.items()}
     types.update(out_ptr="*bf16", lse_ptr="*fp32", offsets_ptr="*i32", cache_lengths_ptr="*i32", lookup_ptr="*i32",
-                 schedule_ptr="*i32", sink_ptr="*fp32", part_out_ptr="*fp32", part_lse_ptr="*fp32", sync_ptr="*i32")
-    const = dict(HAS_SINK=True, CONSUMER_REGS=240, TMA_OUT=tma_out, FUSED=fused)
+                 schedule_ptr="*i32", sink_ptr="*fp32", part_out_ptr="*fp32", part_lse_ptr="*fp32")
+    const = dict(HAS_SINK=True, CONSUMER_REGS=240, TMA_OUT=tma_out)
     return _mla_decode_ws_kernel, types, const, 4, 2
 
 
-CASES.update({"decode-ws": decode_ws, "decode-ws-register-stores": partial(decode_ws, False),
-              "decode-ws-fused": partial(decode_ws, fused=True)})
+CASES.update({"decode-ws": decode_ws, "decode-ws-register-stores": partial(decode_ws, False)})
 
 
 def decode_ws16(sink: bool = True, registers: bool = False):

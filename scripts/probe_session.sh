@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call (edit per session). Twenty-eighth session, call 8: the barrier without the wait for the TMA stores, and that wait alone (no merge): 64-row decode merging split sequences
+# One device call (edit per session). Twenty-eighth session, call 8 (benchmarks/experiments/fused_merge.py and the
+# FUSED kernel it times were removed after it; both are in commit 810d465): the barrier without the wait for the TMA stores, and that wait alone (no merge): 64-row decode merging split sequences
 # itself (FUSED: grid barrier + in-kernel merge, no combine kernel) against kernel + combine at batch 1.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail

@@ -64,11 +64,6 @@ class DecodeConfig:
 # 16.2 -> 14.9 us, B64 84.2 -> 83.3. False: plain launches.
 PROGRAMMATIC_LAUNCH = True
 
-# The 64-row Gluon decode merges split sequences itself (no combine kernel; `kernels.mla_decode_ws`, FUSED) for
-# batches of at most this many sequences, when its grid fits the GPU at one program per SM (a cooperative launch:
-# the programs wait for each other at a grid-wide barrier) and the plan carries the barrier's words. 0: never.
-FUSED_MERGE_MAX_BATCH = 1
-
 # the Gluon kernel's fixed tiling (64 rows, 64-key blocks, two 4-warp consumers; block_n, num_warps and
 # num_stages are what the Triton kernel runs with when the Gluon one cannot take a call)
 WARP_SPECIALIZED = DecodeConfig(block_m=64, block_n=64, num_warps=8, num_stages=2, unmasked_interior=True,

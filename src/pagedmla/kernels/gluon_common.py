@@ -38,49 +38,6 @@ def wait_for_prior_grid(i):
 
 
 @gluon.jit
-def bulk_stores_complete(i):
-    """Wait until this thread's TMA (bulk) stores have written global memory, not only read their shared tiles
-    (`tma.store_wait` waits for the reads), and order them before its later generic accesses; then a release
-    (`grid_barrier`) publishes them to other programs. `i`: any int32 scalar."""
-    gl.inline_asm_elementwise("cp.async.bulk.wait_group 0; fence.proxy.async.global; mov.b32 $0, $1;", "=r,r", [i],
-                              dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
-def grid_barrier(sync_ptr, arrivals):
-    """Wait until `arrivals` 4-warp partitions of the grid have called this (each arrives once, by its thread with
-    tid % 128 == 0). What a partition's threads wrote before the call is visible to every thread of the grid
-    after it (TMA stores once `bulk_stores_complete`). `sync_ptr`: an int32 word in global memory, 0 between
-    barriers: each arrival increments it with a wrap at `arrivals` (`atom.inc`), so the last one sets it back
-    to 0, which releases the others (they poll for 0: nothing else writes the word until every program has
-    passed, since the next barrier on it is the next call's) and leaves it ready for the next call or a CUDA
-    graph's replay without a memset. Spins: every program of the grid must be resident at once (a cooperative
-    launch), or this never returns."""
-    gl.thread_barrier()  # the partition's writes are done before it arrives
-    gl.inline_asm_elementwise(
-        """{
-        .reg .pred p;
-        .reg .u32 t, old;
-        mov.u32 t, %tid.x;
-        and.b32 t, t, 127;
-        setp.ne.u32 p, t, 0;
-        @p bra DONE;
-        atom.inc.acq_rel.gpu.global.u32 old, [$1], $2;
-        setp.eq.u32 p, old, $2;
-        @p bra DONE;
-        SPIN:
-        ld.acquire.gpu.global.u32 old, [$1];
-        setp.ne.u32 p, old, 0;
-        @p bra SPIN;
-        DONE:
-        mov.b32 $0, $2;
-        }""", "=r,l,r", [sync_ptr, arrivals - 1], dtype=gl.int32, is_pure=False, pack=1)
-    # the other threads wait for the one that saw the release: its acquire (which also drops the SM's L1 lines)
-    # orders their later reads
-    gl.thread_barrier()
-
-
-@gluon.jit
 def visible_range(q_pos, num_keys, mask_code, window):
     """Visible keys `[lo, hi)` of queries at absolute positions `q_pos` (a scalar or a vector) among `num_keys`
     keys, per `pagedmla.masks` (`pagedmla.kernels.common.visible_range` in Triton); both grow with q_pos."""

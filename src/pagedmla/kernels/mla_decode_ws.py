@@ -51,8 +51,6 @@ from .gluon_common import (
     D_ROPE,
     LN2,
     LOG2E,
-    bulk_stores_complete,
-    grid_barrier,
     mma_layout,
     opaque_zero,
     visible_range,
@@ -250,7 +248,7 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
               lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
               c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows, layer_row0,
               stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-              sync_ptr, num_workers, HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr, FUSED: gl.constexpr):
+              HAS_SINK: gl.constexpr, TMA_OUT: gl.constexpr):
     """Consumer C: its role in each pair of key blocks (see the module docstring), output columns
     [256 C, 256 C + 256). `stats` rows: 0 m_a, 1 rowsum(P_a), 2 m_b, 3 rowsum(P_b). TMA_OUT: the output and
     partial tiles leave through shared memory by TMA stores (`_stage_and_store`)."""
@@ -433,76 +431,6 @@ def _consumer(C: gl.constexpr, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s,
                 if C == 0:
                     gl.store(part_lse_ptr + slot * stride_pl_s + rows, lse, mask=rows_ok, eviction_policy="evict_last")
             epis += 1
-    if FUSED:
-        # every partial row and LSE of the grid is written before any program merges (see `_merge_split_sequences`)
-        bulk_stores_complete(w)
-        num_programs = gl.num_programs(0)
-        grid_barrier(sync_ptr, 2 * num_programs)
-        _merge_split_sequences(C, gl.program_id(0), num_programs, batch, num_heads, num_workers, schedule_ptr,
-                               offsets_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t,
-                               stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-                               HAS_SINK)
-
-
-MERGE_P = gl.constexpr(32)
-
-
-@gluon.jit
-def _merge_split_sequences(C: gl.constexpr, pid, num_programs, batch, num_heads, num_workers, schedule_ptr,
-                           offsets_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, stride_o_t,
-                           stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-                           HAS_SINK: gl.constexpr):
-    """The merge of `_mla_decode_combine_kernel`, inside the decode kernel (FUSED, after `grid_barrier`): the
-    query rows of every split sequence are dealt round robin over the grid's programs (a sequence's first row
-    goes to the program after the one that took the previous split sequence's last), and consumer C of the
-    program merges columns [256 C, 256 C + 256) of its rows by LSE, MERGE_P pieces a step. Plain loads: the
-    barrier's acquire dropped the SM's L1 lines."""
-    layout: gl.constexpr = gl.BlockedLayout([MERGE_P, 2], [1, 32], [1, 4], [1, 0])
-    piece_layout: gl.constexpr = gl.SliceLayout(1, layout)
-    col_layout: gl.constexpr = gl.SliceLayout(0, layout)
-    offs_p = gl.arange(0, MERGE_P, piece_layout)
-    d = COLS * C + gl.arange(0, COLS, col_layout)
-    base = 0  # rows of the split sequences before b
-    for b in range(batch):
-        seq = schedule_ptr + (1 + num_workers + b) * 4
-        first = gl.load(seq)
-        num_pieces = gl.load(seq + 1) - first + 1
-        first_slot = gl.load(seq + 2)
-        row_start = gl.load(offsets_ptr + b)
-        num_rows = (gl.load(offsets_ptr + b + 1) - row_start) * num_heads
-        if num_pieces > 1:
-            for r in range((pid + num_programs - base % num_programs) % num_programs, num_rows, num_programs):
-                m_i = gl.full([], float("-inf"), gl.float32)
-                l_i = gl.full([], 0.0, gl.float32)
-                acc = gl.zeros([COLS], gl.float32, col_layout)
-                for p0 in range(0, num_pieces, MERGE_P):
-                    piece = p0 + offs_p
-                    ok = piece < num_pieces
-                    slot = gl.where(piece == 0, first_slot, 2 * (first + piece)).to(gl.int64)
-                    lse_p = gl.load(part_lse_ptr + slot * stride_pl_s + r, mask=ok, other=float("-inf"))
-                    o_p = gl.load(part_out_ptr + (slot * stride_po_s + r * stride_po_r)[:, None] + d[None, :],
-                                  mask=ok[:, None], other=0.0)
-                    m_new = gl.maximum(m_i, gl.max(lse_p, axis=0))
-                    m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-                    weight = gl.exp(lse_p - m_safe)
-                    alpha = gl.exp(m_i - m_safe)
-                    l_i = l_i * alpha + gl.sum(weight, axis=0)
-                    acc = acc * alpha + gl.sum(weight[:, None] * o_p, axis=0)
-                    m_i = m_new
-                has = l_i > 0.0
-                lse = gl.where(has, m_i + gl.log(gl.where(has, l_i, 1.0)), float("-inf"))
-                inv = gl.where(has, 1.0 / gl.where(has, l_i, 1.0), 0.0)
-                tok = r // num_heads
-                head = r % num_heads
-                if HAS_SINK:
-                    # e^lse / (e^lse + e^sink): a +inf sink gives 0
-                    sink = gl.load(sink_ptr + head)
-                    inv = gl.where(has, inv / (1.0 + gl.exp(sink - gl.where(has, lse, 0.0))), 0.0)
-                o_row = (row_start + tok).to(gl.int64) * stride_o_t + head.to(gl.int64) * stride_o_h
-                gl.store(out_ptr + o_row + d, (acc * inv).to(out_ptr.dtype.element_ty))
-                if C == 0:
-                    gl.store(lse_ptr + (row_start + tok).to(gl.int64) * stride_lse_t + head * stride_lse_h, lse)
-            base += num_rows
 
 
 # like `_mla_decode_kernel`: no recompile when a size becomes 1 or changes its divisibility by 16 (a multi-second
@@ -511,10 +439,10 @@ def _merge_split_sequences(C: gl.constexpr, pid, num_programs, batch, num_heads,
                               "page_rows", "layer_row0"])
 def _mla_decode_ws_kernel(
     q_desc, qr_desc, k_desc, kr_desc, out_ptr, lse_ptr, offsets_ptr, cache_lengths_ptr, lookup_ptr, schedule_ptr,
-    sink_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, sync_ptr,
+    sink_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc,
     batch, num_heads, num_tiles, mask_code, window, qk_scale, page_size, page_rows, layer_row0,
     stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s, stride_po_r, stride_pl_s,
-    HAS_SINK: gl.constexpr, CONSUMER_REGS: gl.constexpr, TMA_OUT: gl.constexpr, FUSED: gl.constexpr = False,
+    HAS_SINK: gl.constexpr, CONSUMER_REGS: gl.constexpr, TMA_OUT: gl.constexpr,
 ):
     """Program (worker w, row tile t), as `_mla_decode_kernel`. The cache is read through `k_desc` / `kr_desc`,
     2-D views `[rows, 576]` of the cache in which page p's slot s of this layer is row
@@ -522,7 +450,6 @@ def _mla_decode_ws_kernel(
     pid = gl.program_id(0)
     w = pid // num_tiles
     t = pid % num_tiles
-    num_workers = gl.num_programs(0) // num_tiles
 
     q_s = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_M, COLS], q_desc.layout)
     qr_s = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, D_ROPE], qr_desc.layout)
@@ -556,11 +483,11 @@ def _mla_decode_ws_kernel(
                     lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
                     c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows,
                     layer_row0, stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
-                    stride_po_r, stride_pl_s, sync_ptr, num_workers, HAS_SINK, TMA_OUT, FUSED)),
+                    stride_po_r, stride_pl_s, HAS_SINK, TMA_OUT)),
         (_consumer, (1, q_desc, qr_desc, k_desc, kr_desc, q_s, qr_s, k_s, kr_s, stats, q_ready, q_empty, k_ready,
                     k_empty, got_a, got_b, got_pa, stats_free, schedule_ptr, offsets_ptr, cache_lengths_ptr,
                     lookup_ptr, sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, out_desc, po_desc, c0_done,
                     c1_stored, w, t, batch, num_heads, mask_code, window, qk_scale, page_size, page_rows,
                     layer_row0, stride_lt_b, stride_o_t, stride_o_h, stride_lse_t, stride_lse_h, stride_po_s,
-                    stride_po_r, stride_pl_s, sync_ptr, num_workers, HAS_SINK, TMA_OUT, FUSED)),
+                    stride_po_r, stride_pl_s, HAS_SINK, TMA_OUT)),
     ], [4], [CONSUMER_REGS])

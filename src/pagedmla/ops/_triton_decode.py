@@ -142,9 +142,7 @@ def plan(input_row_offsets, kv_collection, num_heads: int, num_partitions: int |
                       ws16=ws16)
     schedule = torch.empty((1 + cfg.num_workers + batch, 4), dtype=torch.int32, device=device)
     fill_schedule(schedule, input_row_offsets, kv_collection.cache_lengths, cfg)
-    # MAX's four scalars, then the word of the fused decode's grid barrier (`fused_merge`; 0 between calls) and
-    # three spare ones
-    args = torch.tensor([batch, max_q, cfg.num_workers, max_keys, 0, 0, 0, 0], dtype=torch.int32, device=device)
+    args = torch.tensor([batch, max_q, cfg.num_workers, max_keys], dtype=torch.int32, device=device)
     return DecodePlan(args, batch, max_q, cfg.num_workers, schedule, "triton", cfg.granularity, num_heads,
                       pieces_are_long(batch, max_keys, cfg.num_workers))
 
@@ -312,27 +310,10 @@ def decode_ws_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx
             and _ws_q_rows(q) is not None and _ws_cache_rows(blocks, layer_idx) is not None)
 
 
-def grid_sync_words(plan_args):
-    """The int32 word of a Triton plan's `scalar_args` (its fifth) that the fused decode uses as its grid barrier
-    (None for a plan without it: one built by the reference backend or by hand)."""
-    if plan_args is None or plan_args.dim() != 1 or plan_args.numel() < 5 or plan_args.dtype != torch.int32:
-        return None
-    return plan_args[4:5]
-
-
-def fused_merge(*, grid_sync, batch: int, num_workers: int, num_tiles: int, device: torch.device) -> bool:
-    """Whether the 64-row Gluon decode merges the split sequences itself (`kernels.mla_decode_ws`, FUSED) instead of
-    a combine kernel: for batches up to `configs.decode.FUSED_MERGE_MAX_BATCH`, a split schedule, a grid of at most
-    one program per SM (all resident at once, launched cooperatively) and barrier words from the plan."""
-    return (grid_sync is not None and grid_sync.device == device and 1 <= batch <= decode_configs.FUSED_MERGE_MAX_BATCH
-            and num_workers > 1 and num_workers * num_tiles <= _num_sms(device))
-
-
 def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx: int, scale: float,
                mask_code: int, window: int, out, lse, schedule, sink, part_out, part_lse, num_tiles: int,
-               pdl: bool, grid_sync=None) -> None:
-    """`_mla_decode_ws_kernel` over the Triton kernel's grid (64-row tiles), with its partial-result buffers;
-    with `grid_sync` (two int32 words, `fused_merge`) it merges the split sequences itself."""
+               pdl: bool) -> None:
+    """`_mla_decode_ws_kernel` over the Triton kernel's grid (64-row tiles), with its partial-result buffers."""
     batch = cache_lengths.shape[0]
     num_workers = schedule.shape[0] - 1 - batch
     cache2d, page_rows, layer_row0 = _ws_cache_rows(blocks, layer_idx)
@@ -355,13 +336,11 @@ def _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_
     _mla_decode_ws_kernel[(num_workers * num_tiles,)](
         desc(q2d, [64, 256]), desc(q2d, [64, 64]), desc(cache2d, [64, 256]), desc(cache2d, [64, 64]), out, lse,
         input_row_offsets, cache_lengths, lookup_table, schedule, sink, part_out, part_lse, desc(out2d, [64, 256]),
-        desc(po2d, [64, 64]), grid_sync if grid_sync is not None else schedule,
+        desc(po2d, [64, 64]),
         batch, q.shape[1], num_tiles, mask_code, window, scale * _LOG2E, blocks.shape[3], page_rows,
         layer_row0, lookup_table.stride(0), out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
         part_out.stride(0), part_out.stride(1), part_lse.stride(0),
-        HAS_SINK=sink is not lse, CONSUMER_REGS=240, TMA_OUT=tma_out, FUSED=grid_sync is not None, num_warps=4,
-        # the fused merge's barrier needs every program resident: a grid the GPU cannot hold fails to launch
-        **({"launch_cooperative_grid": True} if grid_sync is not None else {}), **pdl_kwargs(pdl))
+        HAS_SINK=sink is not lse, CONSUMER_REGS=240, TMA_OUT=tma_out, num_warps=4, **pdl_kwargs(pdl))
 
 
 def decode_ws16_ready(q, blocks, out, scales, q_scale, rope_aware: bool, layer_idx: int, max_q: int) -> bool:
@@ -459,7 +438,7 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
                   attn_sink=None,
                   qk_rope_head_dim: int = 64, scales=None, q_scale=None, quant_granularity: int = 0,
                   rope_aware: bool = False, config: DecodeConfig | None = None,
-                  combine_config: CombineConfig | None = None, grid_sync=None) -> None:
+                  combine_config: CombineConfig | None = None) -> None:
     """Run the dense decode with a built schedule; fills `out` `[T, H, kv_lora_rank]` and `lse` `[T, H]`.
     `long_pieces` (the plan's) picks between the 16-row FP8 kernels (`ws16_use_registers`).
 
@@ -542,11 +521,8 @@ def launch_decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, lay
                      window, out, lse, schedule, sink, part_out, part_lse, cfg.ring_slots, attn_sink is not None,
                      rope_aware, pdl)
     elif cfg.warp_specialized and cfg.block_m == 64 and ws_ok:
-        fused = fused_merge(grid_sync=grid_sync, batch=batch, num_workers=num_workers, num_tiles=num_tiles,
-                            device=q.device)
         _launch_ws(q, input_row_offsets, blocks, cache_lengths, lookup_table, layer_idx, scale, mask_code, window,
-                   out, lse, schedule, sink, part_out, part_lse, num_tiles, pdl, grid_sync if fused else None)
-        split = split and not fused
+                   out, lse, schedule, sink, part_out, part_lse, num_tiles, pdl)
     else:
         _mla_decode_kernel[(num_workers * num_tiles,)](
             q, out, lse, blocks, input_row_offsets, cache_lengths, lookup_table, schedule, sink, part_out, part_lse,
@@ -619,4 +595,4 @@ def decode(q, input_row_offsets, blocks, cache_lengths, lookup_table, scales, la
                   out, lse, schedule, max_seq_length=max_seq_length, long_pieces=long_pieces,
                   attn_sink=attn_sink,
                   qk_rope_head_dim=qk_rope_head_dim, scales=scales, q_scale=q_scale,
-                  quant_granularity=quant_granularity, rope_aware=rope_aware, grid_sync=grid_sync_words(plan_args))
+                  quant_granularity=quant_granularity, rope_aware=rope_aware)
