@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One device call (edit per session). Twenty-eighth session, call 8 (benchmarks/experiments/fused_merge.py and the
-# FUSED kernel it times were removed after it; both are in commit 810d465): the barrier without the wait for the TMA stores, and that wait alone (no merge): 64-row decode merging split sequences
-# itself (FUSED: grid barrier + in-kernel merge, no combine kernel) against kernel + combine at batch 1.
+# One device call (edit per session). Twenty-eighth session, call 8: the 64-row decode merging split sequences
+# itself (FUSED: a grid barrier, then an in-kernel merge; no combine kernel) against kernel + combine at batch 1,
+# here the barrier without the wait for the TMA stores, and that wait alone (no merge). The experiment
+# (benchmarks/experiments/fused_merge.py) and the FUSED kernel were removed after this call; both are in 810d465.
 # Usage on the device: COMMIT=<sha> OUT=<dir> bash scripts/probe_session.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
