@@ -52,7 +52,7 @@ def _jit_functions() -> dict[str, JITFunction]:
     found = {}
     for path in pathlib.Path(kernels_pkg.__file__).parent.glob("*.py"):
         module = sys.modules.get(f"pagedmla.kernels.{path.stem}")
-        for name, value in vars(module or object()).items():
+        for name, value in vars(module).items() if module else ():
             if isinstance(value, JITFunction) and value.device_caches:
                 found[f"{path.stem}.{name}"] = value
     return found
