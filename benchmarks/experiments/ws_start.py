@@ -123,6 +123,7 @@ def _ws_trigger_end():
     return load_patched("ws_start_trigger_end", patch.src)._mla_decode_ws_kernel
 
 
+N_BLOCKS = "    n_blocks = gl.where(active & (hi > lo), gl.cdiv(hi - k_lo, BLOCK_N), 0)\n"
 FIRST_WAIT = "    wait_for_prior_grid(w)\n    first_seq = gl.load("
 LOAD_Q = "                    _load_q(q_desc, qr_desc,"
 QUARTERS = "        for i in gl.static_range(4):\n            tile = tiles.index(4 * C + i)\n"
@@ -157,7 +158,9 @@ def _ws_bound(name: str):
     wait (what a prologue without its dependent loads after the wait could gain); `late-wait+half` both;
     `early-pages`: a worker's first two table entries loaded from its schedule row (`EARLY_PAGES`), one
     dependent load fewer before its first blocks' copies (right only where the first block starts at the
-    schedule's first key); `early-pages+half` with `half-partials`."""
+    schedule's first key); `early-pages+half` with `half-partials`; `blocksK`: each piece stops after its first K
+    key blocks (0: no q and no key block is loaded, the epilogue stores a tile of zeros); `blocks0+no-tma-store`
+    without the partial tiles' stores too (what the one-wave kernel costs with no key blocks)."""
     import pagedmla.kernels.mla_decode_ws as ws
     patch = SourcePatch(pathlib.Path(ws.__file__).read_text())
     patch.sub("from .gluon_common ", "from pagedmla.kernels.gluon_common ")
@@ -174,6 +177,11 @@ def _ws_bound(name: str):
                   "_first_page(page0, pieces, lookup_row, k_lo, hi, page_size), page_size")
         patch.sub("_page(lookup_row, k_lo + BLOCK_N, hi, page_size), page_size",
                   "_first_page(page1, pieces, lookup_row, k_lo + BLOCK_N, hi, page_size), page_size")
+    if name.startswith("blocks"):
+        patch.sub(N_BLOCKS, N_BLOCKS.replace("gl.cdiv(hi - k_lo, BLOCK_N), 0)",
+                                             f"gl.minimum(gl.cdiv(hi - k_lo, BLOCK_N), {int(name[6])}), 0)"))
+    if name.endswith("+no-tma-store"):
+        patch.sub("            tma.async_copy_shared_to_global(po_desc, [po_row, COLS * C + QUARTER * i], tile)\n", "")
     if "late-wait" in name:
         patch.sub(FIRST_WAIT, "    first_seq = gl.load(")
         patch.sub(LOAD_Q, "                    wait_for_prior_grid(w)\n" + LOAD_Q)
@@ -186,17 +194,20 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--trigger", action="store_true", help="also time the kernel with `_ws_trigger_end`")
     parser.add_argument("--combines", nargs="*", default=["shipped", "hoisted"],
-                        choices=["shipped", "hoisted", "half", "empty", "discard", "no-trigger"])
+                        choices=["shipped", "hoisted", "half", "empty", "discard", "no-trigger", "none"],
+                        help="none: no combine launched (a bound)")
     parser.add_argument("--bounds", nargs="*", default=[],
                         choices=["no-stage", "no-tma-store", "half-partials", "late-wait", "late-wait+half", "early-pages",
-                                 "early-pages+half"],
+                                 "early-pages+half", "blocks0", "blocks1", "blocks2", "blocks3",
+                                 "blocks0+no-tma-store"],
                         help="also time these kernels (`_ws_bound`)")
     parser.add_argument("--combine-tiles", nargs="*", default=["default"],
                         help="combine tiles P,R,DV,W (CombineConfig block_p, block_r, block_dv, num_warps) instead "
                              "of the heuristic's ('default')")
     args = parser.parse_args()
-    combines = {name: (_triton_decode._mla_decode_combine_kernel if name == "shipped" else _combine_patched(name))
-                for name in args.combines}
+    combines = {name: (_triton_decode._mla_decode_combine_kernel if name in ("shipped", "none")
+                       else _combine_patched(name)) for name in args.combines}
+    launch_combine = _triton_decode._launch_combine
     kernels = {"shipped": _triton_decode._mla_decode_ws_kernel}
     if args.trigger:
         kernels["trigger-end"] = _ws_trigger_end()
@@ -220,7 +231,12 @@ def main() -> None:
                         _triton_decode._mla_decode_ws_kernel = ws_kernel
                     for name, kernel in combines.items():
                         _triton_decode._mla_decode_combine_kernel = kernel
-                        us = _time_graph(case.run(plan, WS16 if fp8 else None)) * 1e3 / case.copies
+                        if name == "none":
+                            _triton_decode._launch_combine = lambda *a, **k: None
+                        try:
+                            us = _time_graph(case.run(plan, WS16 if fp8 else None)) * 1e3 / case.copies
+                        finally:
+                            _triton_decode._launch_combine = launch_combine
                         print(f"H{heads} B{b} N{n} W{plan.num_partitions} kernel={kname} "
                               f"combine={name} tile={tile}: {us:.1f} us", flush=True)
     finally:
