@@ -14,6 +14,11 @@ process, in rounds:
 - `none`: no combine launched (split sequences' outputs are then wrong: a bound, not a kernel).
 Each round ends by restoring the default (-1) on every kernel it changed.
 
+Twenty-ninth session (63de464, benchmarks/results/session-29/carveout-63de464.txt, three rounds): no effect.
+128 heads B1 N16384 22.5-23.0 us default, 23.1-23.4 `combine100`, 23.4-23.5 `all100`, 18.8-18.9 `none`; B1
+N4096 14.8-14.9 for all three (11.6-11.7 `none`); B64 N4096 154.7-157.1 / 155.2-158.1 / 154.9-157.5; 16 heads
+(bf16) B1 N16384 15.8-15.9 for all three, B64 N4096 83.7-84.1 for all three (79.7-79.9 `none`).
+
     PYTHONPATH=src:benchmarks python3 benchmarks/experiments/carveout.py --case 1,16384,128 --case 64,4096,128
 """
 

@@ -36,6 +36,13 @@ Twenty-seventh session (benchmarks/results/session-27/, 128 heads B1, us a call,
 fp16 split partials (a3b4830-3876d75, since reverted; `--partials` then chose them) stored half the bytes, but
 the combine lost what the kernel gained: 22.7-23.2 / 14.9 against 22.9-23.4 / 14.6 (BENCHMARKS.md,
 twenty-seventh session).
+Twenty-ninth session (a8c6da8, benchmarks/results/session-29/ws-floor-a8c6da8.txt and ws-bounds-a8c6da8.txt,
+128 heads B1, us a call at N16384 / N4096, two rounds each; shipped 22.4-23.0 / 14.9, combine `none` 18.6-18.9 /
+11.7): with combine `none`, `blocks0+no-tma-store` 3.4 / 3.1-3.2 (the one-wave kernel's launch and prologue),
+`blocks0` 6.0-6.1 / 4.6 (the partial tiles' stores), `blocks1` 11.2 / 9.2, `blocks3` 16.8-16.9 / 11.6
+(`blocks2` 20.4 / 15.9-16.0, slower than three blocks and than the shipped kernel on pieces of two blocks: not
+explained); combine `empty` after `blocks0+no-tma-store` 6.4-6.5 (a second kernel costs 3 us even when the first
+does nothing); `half-partials` with combine `half` 19.9-20.0 / -, with `none` 17.0-17.1.
 16-head cases run the register FP8 kernel (combine variants only).
 
     PYTHONPATH=src:benchmarks python3 benchmarks/experiments/ws_start.py --case 1,16384,128 [--repeat 2]
