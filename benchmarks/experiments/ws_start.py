@@ -130,6 +130,7 @@ def _ws_trigger_end():
     return load_patched("ws_start_trigger_end", patch.src)._mla_decode_ws_kernel
 
 
+TMA_STORE = "            tma.async_copy_shared_to_global(po_desc, [po_row, COLS * C + QUARTER * i], tile)\n"
 N_BLOCKS = "    n_blocks = gl.where(active & (hi > lo), gl.cdiv(hi - k_lo, BLOCK_N), 0)\n"
 FIRST_WAIT = "    wait_for_prior_grid(w)\n    first_seq = gl.load("
 LOAD_Q = "                    _load_q(q_desc, qr_desc,"
@@ -174,7 +175,7 @@ def _ws_bound(name: str):
     if name == "no-stage":
         patch.sub("            tile.store(parts[i])\n", "")
     elif name == "no-tma-store":
-        patch.sub("            tma.async_copy_shared_to_global(po_desc, [po_row, COLS * C + QUARTER * i], tile)\n", "")
+        patch.sub(TMA_STORE, "")
     if "half" in name:
         patch.sub(QUARTERS, QUARTERS.replace("range(4)", "range(2)"))
     if "early-pages" in name:
@@ -188,7 +189,7 @@ def _ws_bound(name: str):
         patch.sub(N_BLOCKS, N_BLOCKS.replace("gl.cdiv(hi - k_lo, BLOCK_N), 0)",
                                              f"gl.minimum(gl.cdiv(hi - k_lo, BLOCK_N), {int(name[6])}), 0)"))
     if name.endswith("+no-tma-store"):
-        patch.sub("            tma.async_copy_shared_to_global(po_desc, [po_row, COLS * C + QUARTER * i], tile)\n", "")
+        patch.sub(TMA_STORE, "")
     if "late-wait" in name:
         patch.sub(FIRST_WAIT, "    first_seq = gl.load(")
         patch.sub(LOAD_Q, "                    wait_for_prior_grid(w)\n" + LOAD_Q)
